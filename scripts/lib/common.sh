@@ -1,0 +1,109 @@
+# shellcheck shell=bash
+# Shared by scripts/lab and scripts/test. Sourcing it sets the environment; the ensure_*
+# functions install what is missing and do nothing when it is already there.
+set -euo pipefail
+
+DDTREE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# Caches that outlive a checkout (CI runs in a fresh clone on the same machine).
+DDTREE_CACHE=${DDTREE_CACHE:-/var/cache/ddtree-fleet}
+# Per-checkout state: ansible home, molecule state, lab ssh key. Never under /root.
+DDTREE_WORK=${DDTREE_WORK:-$DDTREE_ROOT/.work}
+
+export CONTAINERS_CONF=$DDTREE_ROOT/tests/podman/containers.conf
+export ANSIBLE_CONFIG=$DDTREE_ROOT/ansible.cfg
+export ANSIBLE_HOME=$DDTREE_WORK/ansible-home
+export XDG_CACHE_HOME=$DDTREE_WORK/cache
+export ANSIBLE_FORCE_COLOR=${ANSIBLE_FORCE_COLOR:-0}
+export PY_COLORS=${PY_COLORS:-0}
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+DDTREE_APT_PACKAGES=(
+  podman runc netavark aardvark-dns conmon catatonit uidmap slirp4netns
+  debootstrap python3 python3-venv python3-dev openssh-client git ca-certificates
+  zstd aria2 nginx-light iproute2 rsync
+)
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
+
+require_root() {
+  [ "$(id -u)" -eq 0 ] || die "run as root: the lab and the test hosts use rootful podman (got uid $(id -u))"
+}
+
+hash_files() { cat "$@" | sha256sum | cut -c1-12; }
+
+ensure_apt() {
+  local missing=() p
+  for p in "${DDTREE_APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "apt: installing ${missing[*]}"
+  apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# The controller venv, keyed on the pinned requirements. Venvs are not relocatable, so it is
+# built in place and marked complete last: an interrupted build is never taken for a ready one.
+ensure_venv() {
+  local req=$DDTREE_ROOT/requirements/controller.txt key venv
+  key=$(hash_files "$req")
+  venv=$DDTREE_CACHE/venv-$key
+  if [ ! -e "$venv/.ddtree-complete" ]; then
+    log "venv: building $venv from requirements/controller.txt"
+    rm -rf "$venv"
+    mkdir -p "$DDTREE_CACHE"
+    /usr/bin/python3 -m venv "$venv"
+    if ! { "$venv/bin/pip" install -q --upgrade pip && "$venv/bin/pip" install -q -r "$req"; } \
+        >"$DDTREE_CACHE/pip-$key.log" 2>&1; then
+      grep -v 'is ignored' "$DDTREE_CACHE/pip-$key.log" | tail -20 >&2
+      die "venv: pip install -r $req failed (log above, full log $DDTREE_CACHE/pip-$key.log)"
+    fi
+    touch "$venv/.ddtree-complete"
+  fi
+  export VIRTUAL_ENV=$venv
+  export PATH=$venv/bin:$PATH
+}
+
+# The test-host image, tagged with a hash of its recipe: exists in podman → nothing to do;
+# a saved tarball in the cache → load it (seconds); else debootstrap (about a minute).
+testhost_image() {
+  echo "localhost/ddtree-testhost:$(hash_files "$DDTREE_ROOT"/tests/image/packages.txt "$DDTREE_ROOT"/tests/image/build.sh)"
+}
+
+ensure_image() {
+  local tag tarball
+  tag=$(testhost_image)
+  tarball=$DDTREE_CACHE/images/${tag##*:}.tar
+  if podman image exists "$tag"; then
+    :
+  elif [ -s "$tarball" ]; then
+    log "image: loading $tag from $tarball"
+    podman load -q -i "$tarball" >/dev/null
+  else
+    log "image: building $tag (debootstrap, about a minute)"
+    bash "$DDTREE_ROOT/tests/image/build.sh" "$tag"
+    mkdir -p "$DDTREE_CACHE/images"
+    podman save -q -o "$tarball.part" "$tag" && mv "$tarball.part" "$tarball"
+  fi
+  export DDTREE_TESTHOST_IMAGE=$tag
+}
+
+# One ssh key pair for the controller to reach the test hosts.
+ensure_ssh_key() {
+  export DDTREE_SSH_KEY=$DDTREE_WORK/ssh/id_ed25519
+  if [ ! -s "$DDTREE_SSH_KEY" ]; then
+    mkdir -p "$(dirname "$DDTREE_SSH_KEY")"
+    chmod 700 "$(dirname "$DDTREE_SSH_KEY")"
+    ssh-keygen -q -t ed25519 -N '' -C ddtree-controller -f "$DDTREE_SSH_KEY"
+  fi
+}
+
+bootstrap() {
+  require_root
+  mkdir -p "$DDTREE_WORK" "$ANSIBLE_HOME" "$XDG_CACHE_HOME"
+  ensure_apt
+  ensure_venv
+  ensure_image
+  ensure_ssh_key
+}
