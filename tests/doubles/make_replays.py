@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Build the replay sets the fake nvidia-smi serves, from the real captures.
 
 TEST DOUBLE SUPPORT - never used by a production code path.

@@ -1,0 +1,275 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, ddtree.fleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: nvidia_facts
+short_description: NVIDIA GPU facts - models, compute capability, family, NVLink topology
+version_added: "0.1.0"
+description:
+  - Runs C(nvidia-smi) twice under C(LC_ALL=C) (one C(--query-gpu) call and C(topo -m)) and
+    returns C(ansible_facts.nvidia), the collection's description of a GPU host.
+  - The driver's CUDA version is read from C(libcuda) (C(cuDriverGetVersion)), with no further
+    nvidia-smi call; where the library cannot be loaded it is taken from the driver branch.
+  - A driver older than 510 rejects the C(compute_cap) field; the module then queries once more
+    without it and takes the compute capability from a table of known models (a warning says so).
+  - A failing C(topo -m) keeps the GPU facts and reports the interconnect as C(unknown).
+options:
+  nvidia_smi_path:
+    description: Path of nvidia-smi. By default it is looked up on C(PATH) and the system directories.
+    type: path
+  required:
+    description:
+      - Fail when no working NVIDIA driver answers. When false, such a host returns
+        C(present=false) with the reason in C(errors).
+    type: bool
+    default: false
+  timeout:
+    description: Seconds each nvidia-smi call may take.
+    type: int
+    default: 30
+attributes:
+  check_mode:
+    support: full
+    description: Reads only; runs the same in check mode.
+  diff_mode:
+    support: none
+    description: Changes nothing, so there is no diff.
+  facts:
+    support: full
+    description: Returns C(ansible_facts.nvidia).
+author:
+  - ddtree.fleet developers (@ddtree)
+notes:
+  - Families are keyed on compute capability; the product name only splits models sharing one
+    (H100/H200/GH200, B200/GB200, B300/GB300, RTX PRO 6000/RTX 5090). Unknown models give
+    C(family=unknown) and a warning, never a failure.
+"""
+
+EXAMPLES = r"""
+- name: Gather GPU facts
+  ddtree.fleet.nvidia_facts:
+
+- name: Gather GPU facts, fail on hosts without a working driver
+  ddtree.fleet.nvidia_facts:
+    required: true
+
+- name: Group hosts by GPU family
+  ansible.builtin.group_by:
+    key: "gpu_{{ ansible_facts.nvidia.family }}"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts under the key C(nvidia).
+  returned: always
+  type: complex
+  contains:
+    nvidia:
+      description: The GPU host.
+      returned: always
+      type: complex
+      contains:
+        present:
+          description: Whether a working driver reported at least one GPU.
+          type: bool
+          sample: true
+        driver_version:
+          description: NVIDIA driver version.
+          type: str
+          sample: "580.159.04"
+        cuda_version:
+          description: Highest CUDA version the driver supports (not the toolkit's). Null when unknown.
+          type: str
+          sample: "13.0"
+        cuda_version_source:
+          description: Where cuda_version came from, C(libcuda) or C(driver_branch); null when unknown.
+          type: str
+          sample: libcuda
+        gpu_count:
+          description: Number of GPUs.
+          type: int
+          sample: 8
+        gpus:
+          description: One entry per GPU, ordered by index.
+          type: list
+          elements: dict
+          contains:
+            index: {description: nvidia-smi index., type: int}
+            name: {description: Product name., type: str, sample: NVIDIA H200}
+            uuid: {description: GPU UUID., type: str}
+            pci_bus_id: {description: PCI bus id., type: str, sample: "00000000:18:00.0"}
+            memory_total_mib: {description: Framebuffer memory in MiB., type: int, sample: 143771}
+            compute_capability: {description: Compute capability., type: str, sample: "10.3"}
+            sm: {description: CUDA arch name., type: str, sample: sm_103}
+            mig_enabled: {description: MIG mode is on., type: bool}
+            numa_node: {description: NUMA node of the GPU (null when not reported)., type: int}
+            cpu_affinity: {description: "CPUs close to the GPU, as nvidia-smi prints them.", type: str, sample: "0-63,128-191"}
+            family: {description: This GPU's family., type: str}
+        homogeneous:
+          description: All GPUs are the same model.
+          type: bool
+        compute_capability:
+          description: The compute capability all GPUs share; null when they differ.
+          type: str
+          sample: "9.0"
+        family:
+          description: >-
+            One of b300 gb300 b200 gb200 h200 h100 gh200 a100 l40s l4 rtx_pro_6000 rtx_5090
+            rtx_4090 rtx_3090 v100 unknown mixed.
+          type: str
+          sample: b300
+        topology:
+          description: How the GPUs are connected.
+          type: complex
+          contains:
+            interconnect:
+              description: >-
+                nvlink (every GPU pair NV#), nvlink_partial (some pairs), pcie (none),
+                single (one GPU), unknown (topology not readable).
+              type: str
+            nvlink_min_links:
+              description: Smallest NV# over GPU pairs (0 where a pair has no NVLink); null for one GPU or unknown.
+              type: int
+              sample: 18
+            matrix:
+              description: GPUi to GPUj to link (X, NV18, PIX, PXB, PHB, NODE, SYS).
+              type: dict
+            numa_nodes:
+              description: Sorted distinct NUMA nodes of the GPUs.
+              type: list
+              elements: int
+            nics:
+              description: NICs in the topology, with their device names from the NIC legend.
+              type: list
+              elements: dict
+        nvidia_smi_calls:
+          description: How many times nvidia-smi was run (2 normally; 3 on drivers before 510).
+          type: int
+        warnings:
+          description: Things that did not stop fact gathering but deserve a look.
+          type: list
+          elements: str
+        errors:
+          description: Why the GPU facts are missing or partial.
+          type: list
+          elements: str
+"""
+
+import ctypes
+import os
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia
+
+
+class NvidiaSmi:
+    """Runs nvidia-smi with a C locale and a timeout; counts calls."""
+
+    def __init__(self, path, timeout):
+        self.path = path
+        self.timeout = timeout
+        self.calls = 0
+
+    def run(self, *args):
+        self.calls += 1
+        env = dict(os.environ, LC_ALL="C", LANG="C")
+        try:
+            p = subprocess.run([self.path] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               env=env, timeout=self.timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return 124, "nvidia-smi %s timed out after %ss" % (" ".join(args), self.timeout)
+        except OSError as e:
+            return 127, "cannot run %s: %s" % (self.path, e)
+        return p.returncode, p.stdout.decode("utf-8", "replace")
+
+    def query(self, fields):
+        return self.run("--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits")
+
+
+def libcuda_version():
+    """The driver's CUDA version from cuDriverGetVersion (needs no cuInit and no GPU access)."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        version = ctypes.c_int(0)
+        if lib.cuDriverGetVersion(ctypes.byref(version)) != 0 or version.value <= 0:
+            return None
+        return "%d.%d" % (version.value // 1000, (version.value % 1000) // 10)
+    except (OSError, AttributeError):
+        return None
+
+
+def gather(smi):
+    """Everything the module returns, from at most two calls (three on pre-510 drivers)."""
+    warnings = []
+    rc, out = smi.query(nvidia.QUERY_FIELDS)
+    fields, cc_from_table = nvidia.QUERY_FIELDS, False
+    if rc != 0 and nvidia.classify_error(out)[0] == "invalid_field" and "compute_cap" in out:
+        warnings.append("this driver does not report compute_cap; it was taken from the model name")
+        fields, cc_from_table = nvidia.QUERY_FIELDS_NO_CC, True
+        rc, out = smi.query(fields)
+    if rc != 0:
+        return None, nvidia.classify_error(out)[1]
+    try:
+        rows = nvidia.parse_query(out, fields)
+    except nvidia.NvidiaSmiError as e:
+        return None, "cannot read nvidia-smi --query-gpu output: %s" % e
+    if not rows:
+        return None, nvidia.classify_error("No devices were found")[1]
+
+    topo = None
+    trc, tout = smi.run("topo", "-m")
+    if trc == 0:
+        try:
+            topo = nvidia.parse_topo(tout)
+        except nvidia.NvidiaSmiError as e:
+            warnings.append("cannot read nvidia-smi topo -m: %s" % e)
+    else:
+        warnings.append("nvidia-smi topo -m failed: %s" % nvidia.classify_error(tout)[1])
+
+    cuda, source = libcuda_version(), "libcuda"
+    if cuda is None:
+        cuda, source = nvidia.cuda_for_driver(rows[0].get("driver_version")), "driver_branch"
+    facts = nvidia.build_facts(rows, topo, cuda, cc_from_table=cc_from_table, warnings=warnings)
+    facts["cuda_version_source"] = source if cuda else None
+    if cuda is None:
+        facts["warnings"].append("CUDA version of driver %s unknown (libcuda not loadable, branch newer than the table)"
+                                 % facts["driver_version"])
+    return facts, None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            nvidia_smi_path=dict(type="path"),
+            required=dict(type="bool", default=False),
+            timeout=dict(type="int", default=30),
+        ),
+        supports_check_mode=True,
+    )
+    path = module.params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi")
+    calls = 0
+    if not path or not os.access(path, os.X_OK):
+        facts, error = None, "nvidia-smi not found (%s): install the NVIDIA driver" % (path or "not on PATH")
+    else:
+        smi = NvidiaSmi(path, module.params["timeout"])
+        facts, error = gather(smi)
+        calls = smi.calls
+    if facts is None:
+        if module.params["required"]:
+            module.fail_json(msg="%s: no usable NVIDIA GPU: %s" % (os.uname()[1], error))
+        facts = nvidia.absent_facts([error])
+        facts["cuda_version_source"] = None
+    facts["nvidia_smi_calls"] = calls
+    module.exit_json(changed=False, ansible_facts={"nvidia": facts}, warnings=facts["warnings"])
+
+
+if __name__ == "__main__":
+    main()

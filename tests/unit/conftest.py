@@ -1,0 +1,6 @@
+"""Unit tests import the collection from the working tree through the committed link."""
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / ".collections"))

@@ -1,0 +1,112 @@
+"""The nvidia_facts module against the nvidia-smi replay double: call count, faults, and one
+real run through ansible."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.ddtree.fleet.plugins.modules import nvidia_facts
+
+ROOT = Path(__file__).resolve().parents[4]
+DOUBLE = ROOT / "tests" / "doubles" / "nvidia-smi"
+
+
+@pytest.fixture
+def replay(tmp_path, monkeypatch):
+    monkeypatch.setenv("NVIDIA_SMI_REPLAY_ETC", str(tmp_path))
+    monkeypatch.setenv("NVIDIA_SMI_REPLAY_DATA", str(ROOT / "tests" / "doubles" / "replays"))
+    monkeypatch.setattr(nvidia_facts, "libcuda_version", lambda: None)  # no driver library here
+
+    def use(name, fault=None):
+        (tmp_path / "set").write_text(name)
+        if fault:
+            (tmp_path / "fault").write_text(fault)
+        smi = nvidia_facts.NvidiaSmi(str(DOUBLE), 10)
+        facts, error = nvidia_facts.gather(smi)
+        calls = (tmp_path / "calls.log").read_text().splitlines()
+        return facts, error, calls
+    use.tmp = tmp_path
+    return use
+
+
+def test_two_calls_for_everything(replay):
+    facts, error, calls = replay("b300_8x")
+    assert error is None
+    assert calls == ["--query-gpu=" + ",".join(nvidia_facts.nvidia.QUERY_FIELDS) + " --format=csv,noheader,nounits", "topo -m"]
+    assert (facts["family"], facts["gpu_count"], facts["topology"]["interconnect"]) == ("b300", 8, "nvlink")
+    assert facts["topology"]["nvlink_min_links"] == 18
+    assert facts["gpus"][5]["numa_node"] == 1
+    assert facts["cuda_version"] is None  # driver 610 is newer than the branch table
+    assert any("CUDA version of driver 610.57.04 unknown" in w for w in facts["warnings"])
+
+
+def test_rtx_pro_6000_is_pcie(replay):
+    facts, error, calls = replay("rtx_pro_6000_8x")
+    assert error is None and len(calls) == 2
+    assert (facts["family"], facts["topology"]["interconnect"], facts["cuda_version"]) == ("rtx_pro_6000", "pcie", "13.2")
+    assert facts["gpus"][0]["uuid"] == "GPU-e588912b-1368-6b4f-0e2a-0d08f8afb39b"
+    assert [g["sm"] for g in facts["gpus"]] == ["sm_120"] * 8
+
+
+def test_old_driver_falls_back_to_name_table(replay):
+    facts, error, calls = replay("h200_8x", fault="old_driver")
+    assert error is None and len(calls) == 3
+    assert "compute_cap" not in calls[1]
+    assert (facts["family"], facts["compute_capability"]) == ("h200", "9.0")
+    assert any("does not report compute_cap" in w for w in facts["warnings"])
+
+
+def test_topo_failure_keeps_gpu_facts(replay):
+    facts, error, calls = replay("b200_8x", fault="topo_fail")
+    assert error is None and len(calls) == 2
+    assert (facts["family"], facts["gpu_count"], facts["topology"]["interconnect"]) == ("b200", 8, "unknown")
+    assert facts["gpus"][0]["name"] == "NVIDIA B200"
+
+
+@pytest.mark.parametrize("fault,words", [
+    ("nvml_mismatch", "version mismatch"),
+    ("no_devices", "No devices were found"),
+])
+def test_driver_faults(replay, fault, words):
+    facts, error, calls = replay("b300_8x", fault=fault)
+    assert facts is None and words in error and len(calls) == 1
+
+
+def run_module(tmp_path, **params):
+    """Run the module through ansible-playbook on localhost; return its registered result."""
+    out = tmp_path / "result.json"
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"ddtree.fleet.nvidia_facts": params, "register": "r", "failed_when": False},
+        {"ansible.builtin.copy": {"content": "{{ r | to_json }}", "dest": str(out), "mode": "0600"}},
+    ]}]
+    (tmp_path / "play.yml").write_text(json.dumps(play))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_LOCALHOST_WARNING="false",
+               ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_PYTHON_INTERPRETER=sys.executable)
+    p = subprocess.run(["ansible-playbook", str(tmp_path / "play.yml")], cwd=ROOT, env=env,
+                       capture_output=True, text=True, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return json.loads(out.read_text())
+
+
+def test_module_through_ansible(replay):
+    replay("rtx_pro_6000_8x")
+    res = run_module(replay.tmp, nvidia_smi_path=str(DOUBLE))
+    assert res["changed"] is False
+    nv = res["ansible_facts"]["nvidia"]
+    assert (nv["present"], nv["family"], nv["gpu_count"], nv["nvidia_smi_calls"]) == (True, "rtx_pro_6000", 8, 2)
+
+
+def test_module_absent_driver_not_required(tmp_path):
+    res = run_module(tmp_path, nvidia_smi_path=str(tmp_path / "missing"))
+    nv = res["ansible_facts"]["nvidia"]
+    assert (nv["present"], nv["gpu_count"], nv["family"]) == (False, 0, "unknown")
+    assert "nvidia-smi not found" in nv["errors"][0]
+
+
+def test_module_absent_driver_required_fails(tmp_path):
+    res = run_module(tmp_path, required=True, nvidia_smi_path=str(tmp_path / "missing"))
+    assert "ansible_facts" not in res  # the module failed (failed_when: false keeps the play going)
+    assert "no usable NVIDIA GPU" in res["msg"] and "install the NVIDIA driver" in res["msg"]
