@@ -1,0 +1,77 @@
+"""Verify nvidia_facts on three replayed GPU hosts: the report the play wrote, and a real
+preflight failure driven through ansible-playbook."""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+testinfra_hosts = ["ansible://nvf-b200"]
+
+PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
+REPORT = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    doc = json.loads((REPORT / "fleet.json").read_text())
+    return {r["host"]: r for r in doc["hosts"]}
+
+
+def test_report_markdown_lists_every_host():
+    md = (REPORT / "fleet.md").read_text()
+    for host in ("nvf-b300", "nvf-rtx", "nvf-b200"):
+        assert "| %s |" % host in md
+
+
+@pytest.mark.parametrize("host,family,cc,interconnect,lanes,groups", [
+    ("nvf-b300", "b300", "10.3", "nvlink", 18, ["gpu_b300", "gpu_hosts", "gpu_sm_103"]),
+    ("nvf-rtx", "rtx_pro_6000", "12.0", "pcie", 0, ["gpu_hosts", "gpu_rtx_pro_6000", "gpu_sm_120"]),
+    ("nvf-b200", "b200", "10.0", "nvlink", 18, ["gpu_b200", "gpu_hosts", "gpu_sm_100"]),
+])
+def test_facts_and_groups(rows, host, family, cc, interconnect, lanes, groups):
+    r = rows[host]
+    assert (r["family"], r["compute_capability"], r["interconnect"], r["nvlink_lanes"]) == (family, cc, interconnect, lanes)
+    assert r["groups"] == groups
+    assert r["gpu_count"] == 8 and r["numa_nodes"] == [0, 1]
+
+
+def test_selected_profiles(rows):
+    assert (rows["nvf-b300"]["profile"], rows["nvf-b300"]["parallelism"]) == ("b300", "tp8 ep1 dp1")
+    assert (rows["nvf-rtx"]["profile"], rows["nvf-rtx"]["parallelism"]) == ("rtx_pro_6000", "tp8 ep8 dp1")
+    assert rows["nvf-b200"]["profile"] == "b200"
+
+
+def run_facts(limit, *extra):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"),
+               DDTREE_REPORT_DIR=str(REPORT.parent / "reports-failure"))
+    return subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "--limit", limit,
+                           str(PROJECT / "playbooks" / "facts.yml"), *extra],
+                          cwd=PROJECT, env=env, capture_output=True, text=True, check=False)
+
+
+def test_profile_merge_order(rows):
+    # nvf-rtx: family file, then the group override (min_ram_gib), then the host override
+    # (cuda_graph.max_bs_decode) merged recursively: the rest of cuda_graph stays the family's
+    rtx = rows["nvf-rtx"]["profile_settings"]
+    assert rtx["cuda_graph"] == {"decode_backend": "full", "prefill_backend": "breakable",
+                                 "max_bs_decode": 64, "disable_prefill": True}
+    assert rtx["min_ram_gib"] == 1
+    assert rtx["attention_backend"] == "triton" and rtx["env"] == {"NCCL_P2P_LEVEL": "SYS"}
+    b300 = rows["nvf-b300"]["profile_settings"]
+    assert b300["cuda_graph"]["max_bs_decode"] == 128 and b300["cuda_graph"]["disable_prefill"] is False
+    assert (b300["attention_backend"], b300["page_size"], b300["min_ram_gib"]) == ("trtllm_mla", 64, 1)
+
+
+def test_preflight_failure_names_host_value_and_fix(host):
+    # the real 8x H200 capture runs driver 570.211.01, below the CUDA-13 floor of the profile
+    host.run_test("echo h200_8x > /etc/nvidia-smi-replay/set")
+    try:
+        p = run_facts("nvf-b200")
+    finally:
+        host.run_test("echo b200_8x > /etc/nvidia-smi-replay/set")
+    assert p.returncode != 0
+    assert "nvf-b200: NVIDIA driver 570.211.01 is older than 580.65.06, the minimum of profile h200" in p.stdout
+    assert "upgrade the driver to 580.65.06 or newer" in p.stdout
+    assert "failed=1" in p.stdout

@@ -1,0 +1,156 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, ddtree.fleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters for fleet decisions that are easier to get right (and test) in Python than Jinja."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: gpu_preflight
+short_description: Check a GPU host against its serving profile
+version_added: "0.1.0"
+description:
+  - Returns the list of preflight failures of one host, each naming the host, the value found,
+    what the profile needs and the fix. An empty list means the host passes.
+  - This file also holds the C(fleet_rows) filter, which turns hostvars into the fleet report's rows.
+positional: nvidia, profile
+options:
+  _input:
+    description: The inventory hostname (used in messages).
+    type: str
+    required: true
+  nvidia:
+    description: C(ansible_facts.nvidia) of the host.
+    type: dict
+    required: true
+  profile:
+    description: The host's merged serving profile.
+    type: dict
+    required: true
+  checks:
+    description: Which checks run; keys gpu_count, gpu_memory, homogeneous, driver, nvlink, disk, ram.
+    type: dict
+    default: {}
+  model_dir:
+    description: Where the model will be stored.
+    type: str
+  model_size_gib:
+    description: Size of the model and drafter in GiB.
+    type: float
+  disk_free_bytes:
+    description: Free bytes on the filesystem of O(model_dir) (ddtree.fleet.disk_space).
+    type: int
+  memtotal_mb:
+    description: C(ansible_facts.memtotal_mb).
+    type: int
+"""
+
+EXAMPLES = r"""
+- name: Check the host
+  ansible.builtin.assert:
+    that: __failures | length == 0
+    fail_msg: "{{ __failures | join('; ') }}"
+  vars:
+    __failures: "{{ inventory_hostname | ddtree.fleet.gpu_preflight(ansible_facts.nvidia, nvidia_facts_profile) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: Failure messages; empty when every enabled check passes.
+  type: list
+  elements: str
+"""
+
+CHECKS = ("gpu_count", "gpu_memory", "homogeneous", "driver", "nvlink", "disk", "ram")
+GIB = 1024 ** 3
+
+
+def _version(v):
+    out = []
+    for part in str(v).split("."):
+        digits = "".join(c for c in part if c.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)
+
+
+def gpu_preflight(host, nvidia, profile, checks=None, model_dir=None, model_size_gib=None, disk_free_bytes=None, memtotal_mb=None):
+    enabled = dict((c, True) for c in CHECKS)
+    enabled.update(checks or {})
+    fails = []
+    nv = nvidia or {}
+    name = profile.get("name", "?")
+    count = nv.get("gpu_count", 0)
+    need = int(profile.get("gpus_required", 0))
+    if enabled["gpu_count"] and count < need:
+        fails.append("%s: %d GPU(s) found, profile %s needs %d: use a host with %d GPUs or a profile for fewer "
+                     "(nvidia_facts_profile_overrides: {gpus_required: N, parallelism: {tp: N}})" % (host, count, name, need, need))
+    if enabled["homogeneous"] and count and not nv.get("homogeneous", False):
+        models = sorted(set(g.get("name") for g in nv.get("gpus", [])))
+        fails.append("%s: mixed GPU models %s: serve from identical GPUs (set CUDA_VISIBLE_DEVICES per instance) "
+                     "or disable the check (nvidia_facts_preflight_checks: {homogeneous: false})" % (host, ", ".join(models)))
+    driver = nv.get("driver_version")
+    floor = profile.get("min_driver")
+    if enabled["driver"] and floor and (not driver or _version(driver) < _version(floor)):
+        fails.append("%s: NVIDIA driver %s is older than %s, the minimum of profile %s: upgrade the driver to %s or newer"
+                     % (host, driver or "(none)", floor, name, floor))
+    tp = int(profile.get("parallelism", {}).get("tp", 1))
+    interconnect = nv.get("topology", {}).get("interconnect")
+    if enabled["nvlink"] and profile.get("requires_nvlink") and tp > 1 and tp >= count and interconnect != "nvlink":
+        fails.append("%s: profile %s runs TP%d across all GPUs and needs NVLink between every pair, found interconnect "
+                     "%s (smallest NVLink bond %s): check the NVLink/NVSwitch fabric (nvidia-smi nvlink -s) or use a "
+                     "PCIe profile" % (host, name, tp, interconnect, nv.get("topology", {}).get("nvlink_min_links")))
+    if enabled["gpu_memory"] and model_size_gib and count:
+        total_gib = sum(g.get("memory_total_mib") or 0 for g in nv.get("gpus", [])[:max(need, 1)]) / 1024.0
+        want = float(model_size_gib) * float(profile.get("gpu_memory_headroom", 1.0))
+        if total_gib < want:
+            fails.append("%s: %.0f GiB of GPU memory on %d GPU(s) cannot hold a %.0f GiB model with headroom x%s "
+                         "(%.0f GiB): use larger GPUs or a smaller/quantized model"
+                         % (host, total_gib, min(count, max(need, 1)), float(model_size_gib), profile.get("gpu_memory_headroom"), want))
+    if enabled["disk"] and disk_free_bytes is not None and model_size_gib is not None:
+        if disk_free_bytes < float(model_size_gib) * GIB:
+            fails.append("%s: %.1f GiB free for the model directory %s, the model needs %.1f GiB: free space or "
+                         "point nvidia_facts_model_dir at a larger disk"
+                         % (host, disk_free_bytes / float(GIB), model_dir, float(model_size_gib)))
+    if enabled["ram"] and memtotal_mb is not None and profile.get("min_ram_gib"):
+        if memtotal_mb < float(profile["min_ram_gib"]) * 1024:
+            fails.append("%s: %.0f GiB of RAM, profile %s needs %s GiB: add memory or lower min_ram_gib in "
+                         "nvidia_facts_profile_overrides" % (host, memtotal_mb / 1024.0, name, profile["min_ram_gib"]))
+    return fails
+
+
+def fleet_rows(hostvars, hosts):
+    """One row per host for the fleet report."""
+    rows = []
+    for h in sorted(hosts):
+        hv = hostvars[h]
+        nv = (hv.get("ansible_facts") or {}).get("nvidia") or {}
+        prof = hv.get("nvidia_facts_profile") or {}
+        gpus = nv.get("gpus") or []
+        models = sorted(set(g.get("name") for g in gpus))
+        par = prof.get("parallelism") or {}
+        topo = nv.get("topology") or {}
+        rows.append({
+            "host": h,
+            "gpus": ("%s x %d" % (models[0], len(gpus))) if len(models) == 1 else (", ".join(models) or "none"),
+            "gpu_count": nv.get("gpu_count", 0),
+            "compute_capability": nv.get("compute_capability"),
+            "family": nv.get("family") if nv.get("present") else None,
+            "driver": nv.get("driver_version"),
+            "cuda": nv.get("cuda_version"),
+            "interconnect": topo.get("interconnect") if nv.get("present") else None,
+            "nvlink_lanes": topo.get("nvlink_min_links"),
+            "numa_nodes": topo.get("numa_nodes", []),
+            "profile": prof.get("name"),
+            "profile_settings": prof,
+            "parallelism": ("tp%s ep%s dp%s" % (par.get("tp"), par.get("ep"), par.get("dp"))) if par else None,
+            "groups": sorted(g for g in hv.get("group_names", []) if g.startswith("gpu_")),
+            "warnings": nv.get("warnings", []),
+        })
+    return rows
+
+
+class FilterModule:
+    def filters(self):
+        return {"gpu_preflight": gpu_preflight, "fleet_rows": fleet_rows}

@@ -1,0 +1,105 @@
+"""gpu_preflight and fleet_rows on facts built from real captures."""
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.ddtree.fleet.plugins.filter import fleet
+from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia
+
+ROOT = Path(__file__).resolve().parents[4]
+REPLAYS = ROOT / "tests" / "doubles" / "replays"
+GIB = 1024 ** 3
+
+
+def facts_of(replay):
+    import json
+    doc = json.loads((REPLAYS / replay / "gpus.json").read_text())
+    topo = nvidia.parse_topo((REPLAYS / replay / "topo-m.txt").read_text())
+    return nvidia.build_facts(doc["gpus"], topo, doc["cuda_version"])
+
+
+def profile(family, **over):
+    base = yaml.safe_load((ROOT / "profiles" / "_defaults.yml").read_text())
+    fam = yaml.safe_load((ROOT / "profiles" / (family + ".yml")).read_text())
+    merged = copy.deepcopy(base)
+    for k, v in fam.items():
+        merged[k] = dict(merged.get(k, {}), **v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
+    merged.update(over)
+    return merged
+
+
+OK = dict(model_dir="/opt/ddtree/models", model_size_gib=561, disk_free_bytes=2000 * GIB, memtotal_mb=2048 * 1024)
+
+
+@pytest.mark.parametrize("replay,family", [("b300_8x", "b300"), ("rtx_pro_6000_8x", "rtx_pro_6000"), ("b200_8x", "b200")])
+def test_real_fleets_pass(replay, family):
+    assert fleet.gpu_preflight("h1", facts_of(replay), profile(family), **OK) == []
+
+
+def test_gpu_count():
+    f = fleet.gpu_preflight("h200-1", facts_of("h200_1x"), profile("h200"), **OK)
+    assert any("h200-1: 1 GPU(s) found, profile h200 needs 8" in m for m in f)
+
+
+def test_gpu_memory_h100_cannot_hold_kimi():
+    nv = facts_of("h200_8x")
+    for g in nv["gpus"]:
+        g["memory_total_mib"] = 81559  # an H100 80GB, as in the real H100 capture
+    f = fleet.gpu_preflight("h100-1", nv, profile("h100"), **OK)
+    assert any("cannot hold a 561 GiB model" in m for m in f)
+
+
+def test_driver_too_old_names_value_and_fix():
+    nv = facts_of("h200_8x")  # driver 570.211.01 (real capture)
+    f = fleet.gpu_preflight("h200-2", nv, profile("h200"), **OK)
+    assert f == ["h200-2: NVIDIA driver 570.211.01 is older than 580.65.06, the minimum of profile h200: "
+                 "upgrade the driver to 580.65.06 or newer"]
+
+
+def test_nvlink_required_on_pcie_host():
+    f = fleet.gpu_preflight("rtx-1", facts_of("rtx_pro_6000_8x"), profile("b300"), **OK)
+    assert any("needs NVLink between every pair, found interconnect pcie" in m for m in f)
+
+
+def test_nvlink_partial():
+    nv = facts_of("b300_8x")
+    nv["topology"]["interconnect"] = "nvlink_partial"
+    f = fleet.gpu_preflight("b300-9", nv, profile("b300"), **OK)
+    assert len(f) == 1 and "nvlink_partial" in f[0]
+
+
+def test_mixed_gpus():
+    nv = facts_of("b300_8x")
+    nv["homogeneous"] = False
+    nv["gpus"][7]["name"] = "NVIDIA B200"
+    assert any("mixed GPU models" in m for m in fleet.gpu_preflight("m", nv, profile("b300"), **OK))
+
+
+def test_disk_and_ram():
+    args = {**OK, "disk_free_bytes": 100 * GIB, "memtotal_mb": 64 * 1024}
+    f = fleet.gpu_preflight("b300-1", facts_of("b300_8x"), profile("b300"), **args)
+    assert any("100.0 GiB free for the model directory /opt/ddtree/models, the model needs 561.0 GiB" in m for m in f)
+    assert any("64 GiB of RAM, profile b300 needs 256 GiB" in m for m in f)
+
+
+def test_checks_can_be_switched_off():
+    args = {**OK, "disk_free_bytes": 1, "memtotal_mb": 1}
+    checks = {"disk": False, "ram": False, "nvlink": False}
+    assert fleet.gpu_preflight("rtx-1", facts_of("rtx_pro_6000_8x"), profile("b300"), checks=checks, **args) == []
+
+
+def test_fleet_rows():
+    hv = {
+        "b": {"ansible_facts": {"nvidia": facts_of("b300_8x")}, "nvidia_facts_profile": profile("b300"),
+              "group_names": ["fleet", "gpu_b300", "gpu_sm_103", "gpu_hosts"]},
+        "s": {"ansible_facts": {"nvidia": nvidia.absent_facts(["nvidia-smi not found"])}, "group_names": ["sources"]},
+    }
+    rows = fleet.fleet_rows(hv, ["s", "b"])
+    assert [r["host"] for r in rows] == ["b", "s"]
+    b, s = rows
+    assert (b["gpus"], b["family"], b["interconnect"], b["nvlink_lanes"], b["profile"], b["parallelism"]) == (
+        "NVIDIA B300 SXM6 AC x 8", "b300", "nvlink", 18, "b300", "tp8 ep1 dp1")
+    assert b["groups"] == ["gpu_b300", "gpu_hosts", "gpu_sm_103"]
+    assert (s["gpus"], s["family"], s["interconnect"], s["profile"]) == ("none", None, None, None)
