@@ -235,3 +235,18 @@ def test_classify_error(text, kind):
 
 def test_invalid_field_capture():
     assert nvidia.classify_error(read("rtx_pro_6000_blackwell/query-gpu-invalid-field__1.txt"))[0] == "invalid_field"
+
+
+def test_live_h200_capture_gives_the_facts_the_module_returned_there():
+    """tests/device/live.sh ran the module on a real H200; the parser must reproduce its facts
+    from the raw output captured in the same run."""
+    import json
+    live = "h200-1gpu-live/"
+    text = read(live + "query-gpu-module.txt")
+    assert text.splitlines()[0].split("--query-gpu=")[1].split()[0] == ",".join(nvidia.QUERY_FIELDS)
+    rows = nvidia.parse_query("\n".join(text.splitlines()[1:]), nvidia.QUERY_FIELDS)
+    facts = nvidia.build_facts(rows, nvidia.parse_topo(read(live + "topo-m.txt")), "13.0")
+    expected = json.loads(read(live + "facts.expected.json"))
+    for added_by_module in ("cuda_version_source", "nvidia_smi_calls"):
+        expected.pop(added_by_module)
+    assert facts == expected
