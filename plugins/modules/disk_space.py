@@ -57,16 +57,7 @@ bytes_total:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-
-
-def nearest_existing(path):
-    path = os.path.abspath(path)
-    while not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return path
+from ansible_collections.ddtree.fleet.plugins.module_utils.fs import nearest_existing
 
 
 def main():

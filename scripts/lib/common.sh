@@ -99,6 +99,25 @@ ensure_ssh_key() {
   fi
 }
 
+# Wheels of the test serving venv (tests/venv/requirements.txt), for hosts without PyPI access.
+ensure_wheelhouse() {
+  local req=$DDTREE_ROOT/tests/venv/requirements.txt key dir
+  key=$(hash_files "$req")
+  dir=$DDTREE_CACHE/wheelhouse-$key
+  if [ ! -e "$dir/.complete" ]; then
+    log "wheelhouse: downloading tests/venv/requirements.txt (cp311, manylinux)"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    pip download -q --no-deps --only-binary=:all: --python-version 3.11 --implementation cp \
+      --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+      --platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux_2_12_x86_64 \
+      --platform manylinux1_x86_64 --platform manylinux_2_5_x86_64 \
+      -r "$req" -d "$dir" >"$dir.log" 2>&1 || { grep -v 'is ignored' "$dir.log" | tail -20 >&2; die "wheelhouse download failed"; }
+    touch "$dir/.complete"
+  fi
+  export DDTREE_WHEELHOUSE=$dir
+}
+
 bootstrap() {
   require_root
   mkdir -p "$DDTREE_WORK" "$ANSIBLE_HOME" "$XDG_CACHE_HOME"
@@ -106,4 +125,5 @@ bootstrap() {
   ensure_venv
   ensure_image
   ensure_ssh_key
+  ensure_wheelhouse
 }

@@ -1,9 +1,5 @@
 """The nvidia_facts module against the nvidia-smi replay double: call count, faults, and one
 real run through ansible."""
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,7 +24,6 @@ def replay(tmp_path, monkeypatch):
         facts, error = nvidia_facts.gather(smi)
         calls = (tmp_path / "calls.log").read_text().splitlines()
         return facts, error, calls
-    use.tmp = tmp_path
     return use
 
 
@@ -75,38 +70,22 @@ def test_driver_faults(replay, fault, words):
     assert facts is None and words in error and len(calls) == 1
 
 
-def run_module(tmp_path, **params):
-    """Run the module through ansible-playbook on localhost; return its registered result."""
-    out = tmp_path / "result.json"
-    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
-        {"ddtree.fleet.nvidia_facts": params, "register": "r", "failed_when": False},
-        {"ansible.builtin.copy": {"content": "{{ r | to_json }}", "dest": str(out), "mode": "0600"}},
-    ]}]
-    (tmp_path / "play.yml").write_text(json.dumps(play))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_LOCALHOST_WARNING="false",
-               ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_PYTHON_INTERPRETER=sys.executable)
-    p = subprocess.run(["ansible-playbook", str(tmp_path / "play.yml")], cwd=ROOT, env=env,
-                       capture_output=True, text=True, check=False)
-    assert p.returncode == 0, p.stdout + p.stderr
-    return json.loads(out.read_text())
-
-
-def test_module_through_ansible(replay):
+def test_module_through_ansible(replay, run_module):
     replay("rtx_pro_6000_8x")
-    res = run_module(replay.tmp, nvidia_smi_path=str(DOUBLE))
+    res = run_module("nvidia_facts", nvidia_smi_path=str(DOUBLE))
     assert res["changed"] is False
     nv = res["ansible_facts"]["nvidia"]
     assert (nv["present"], nv["family"], nv["gpu_count"], nv["nvidia_smi_calls"]) == (True, "rtx_pro_6000", 8, 2)
 
 
-def test_module_absent_driver_not_required(tmp_path):
-    res = run_module(tmp_path, nvidia_smi_path=str(tmp_path / "missing"))
+def test_module_absent_driver_not_required(tmp_path, run_module):
+    res = run_module("nvidia_facts", nvidia_smi_path=str(tmp_path / "missing"))
     nv = res["ansible_facts"]["nvidia"]
     assert (nv["present"], nv["gpu_count"], nv["family"]) == (False, 0, "unknown")
     assert "nvidia-smi not found" in nv["errors"][0]
 
 
-def test_module_absent_driver_required_fails(tmp_path):
-    res = run_module(tmp_path, required=True, nvidia_smi_path=str(tmp_path / "missing"))
+def test_module_absent_driver_required_fails(tmp_path, run_module):
+    res = run_module("nvidia_facts", required=True, nvidia_smi_path=str(tmp_path / "missing"))
     assert "ansible_facts" not in res  # the module failed (failed_when: false keeps the play going)
     assert "no usable NVIDIA GPU" in res["msg"] and "install the NVIDIA driver" in res["msg"]

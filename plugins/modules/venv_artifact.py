@@ -1,0 +1,192 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, ddtree.fleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: venv_artifact
+short_description: Build (once per content) a streamable artifact of a Python venv
+version_added: "0.1.0"
+description:
+  - Makes C(<artifact_dir>/<id>.tar.zst) and C(<id>.manifest.json) from a venv. The manifest lists
+    every file with size, mode and sha256, the Python version and base interpreter, the platform
+    (machine, glibc), the installed packages and the sglang version; the id is the hash of the manifest.
+  - A cheap fingerprint (paths, sizes, mtimes) of the venv is remembered; while it is unchanged the
+    existing artifact is returned without reading a file. Otherwise every file is hashed, and the tar
+    is built only if no artifact with that id exists yet.
+options:
+  venv:
+    description: The venv. Targets install it at this same absolute path.
+    type: path
+    required: true
+  artifact_dir:
+    description: Where artifacts are kept (readable by the service user, who serves them to targets).
+    type: path
+    default: /var/cache/ddtree/venv-artifacts
+  compression_level:
+    description: zstd level (1 is fastest; 3 is zstd's default).
+    type: int
+    default: 3
+  keep:
+    description: Artifacts to keep, newest first; the current one always stays.
+    type: int
+    default: 3
+attributes:
+  check_mode:
+    support: full
+    description: Hashes but builds nothing.
+  diff_mode:
+    support: none
+    description: No diff.
+author:
+  - ddtree.fleet developers (@ddtree)
+"""
+
+EXAMPLES = r"""
+- name: Artifact of the serving venv
+  ddtree.fleet.venv_artifact:
+    venv: /opt/ddtree/venvs/sglang-0.5.23
+  register: artifact
+"""
+
+RETURN = r"""
+id:
+  description: Artifact id (hash of the manifest).
+  returned: always
+  type: str
+  sample: 3f2a9c0e1b7d4a55
+artifact:
+  description: Path of the zstd tar.
+  returned: always
+  type: str
+artifact_bytes:
+  description: Size of the zstd tar (0 in check mode when not built yet).
+  returned: always
+  type: int
+manifest_path:
+  description: Path of the manifest JSON.
+  returned: always
+  type: str
+manifest:
+  description: The manifest without its file list.
+  returned: always
+  type: dict
+reused:
+  description: The fingerprint matched a known artifact; nothing was hashed.
+  returned: always
+  type: bool
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.ddtree.fleet.plugins.module_utils import venv_artifact as va
+
+PACKAGES = ("import importlib.metadata as m, json; "
+            "print(json.dumps(sorted(set('%s==%s' % (d.metadata['Name'], d.version) for d in m.distributions()))))")
+
+
+def atomic_write(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def load_index(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def prune(module, artifact_dir, keep, current):
+    ids = []
+    for name in os.listdir(artifact_dir):
+        if name.endswith(".manifest.json"):
+            p = os.path.join(artifact_dir, name)
+            ids.append((os.path.getmtime(p), name[:-len(".manifest.json")]))
+    removed = []
+    for _mtime, aid in sorted(ids, reverse=True)[keep:]:
+        if aid == current:
+            continue
+        for suffix in (".tar.zst", ".manifest.json"):
+            p = os.path.join(artifact_dir, aid + suffix)
+            if os.path.exists(p):
+                os.unlink(p)
+        removed.append(aid)
+    return removed
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            venv=dict(type="path", required=True),
+            artifact_dir=dict(type="path", default="/var/cache/ddtree/venv-artifacts"),
+            compression_level=dict(type="int", default=3),
+            keep=dict(type="int", default=3),
+        ),
+        supports_check_mode=True,
+    )
+    venv = os.path.abspath(module.params["venv"])
+    adir = module.params["artifact_dir"]
+    if not os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
+        module.fail_json(msg="%s is not a venv (no pyvenv.cfg): point venv_stream_source_venv at a venv made with "
+                             "python -m venv" % venv)
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        module.fail_json(msg="%s: bin/python is missing or its base interpreter is gone: rebuild the venv" % venv)
+
+    fp = va.fingerprint(venv)
+    index_path = os.path.join(adir, "index.json")
+    index = load_index(index_path)
+
+    def paths(aid):
+        return os.path.join(adir, aid + ".tar.zst"), os.path.join(adir, aid + ".manifest.json")
+
+    known = index.get(fp)
+    if known and all(os.path.exists(p) for p in paths(known)):
+        tar, man = paths(known)
+        with open(man) as f:
+            manifest = json.load(f)
+        module.exit_json(changed=False, id=known, artifact=tar, artifact_bytes=os.path.getsize(tar),
+                         manifest_path=man, manifest=va.summary(manifest), reused=True)
+
+    rc, out, err = module.run_command([python, "-c", PACKAGES], environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        module.fail_json(msg="%s cannot list its packages: %s" % (python, err.strip()))
+    manifest = va.build_manifest(venv, json.loads(out))
+    aid = va.manifest_id(manifest)
+    tar, man = paths(aid)
+    exists = os.path.exists(tar) and os.path.exists(man)
+    if module.check_mode:
+        module.exit_json(changed=not exists, id=aid, artifact=tar, artifact_bytes=os.path.getsize(tar) if exists else 0,
+                         manifest_path=man, manifest=va.summary(manifest), reused=False)
+    if not os.path.isdir(adir):
+        os.makedirs(adir, 0o755)
+    if not exists:
+        part = tar + ".part"
+        trc, zrc = va.write_tar_zst(venv, part, module.params["compression_level"])
+        if trc != 0 or zrc != 0:
+            os.unlink(part)
+            module.fail_json(msg="building %s failed (tar rc %s, zstd rc %s)" % (tar, trc, zrc))
+        os.chmod(part, 0o644)
+        os.replace(part, tar)
+        atomic_write(man, json.dumps(manifest, sort_keys=True))
+    index[fp] = aid
+    atomic_write(index_path, json.dumps(index, sort_keys=True))
+    removed = prune(module, adir, module.params["keep"], aid)
+    module.exit_json(changed=not exists or bool(removed), id=aid, artifact=tar, artifact_bytes=os.path.getsize(tar),
+                     manifest_path=man, manifest=va.summary(manifest), reused=False, pruned=removed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,372 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, ddtree.fleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: venv_install
+short_description: Install a venv artifact at its source path, verified, and switch to it atomically
+version_added: "0.1.0"
+description:
+  - Streams a venv artifact (made by M(ddtree.fleet.venv_artifact)) from the source host over ssh
+    (or reads it from a file), unpacks it into a staging directory under C(<prefix>/venvs), checks
+    every file against the manifest, moves it to the venv's absolute path from the source and points
+    the symlink C(<prefix>/venv) at it with one atomic rename. C(<prefix>/venv.previous) keeps the
+    one before; O(state=rollback) swaps back.
+  - Until the switch, the live venv is untouched; a transfer that breaks leaves it live, and the
+    next run removes the staging leftovers.
+  - After the switch the modules in O(import_check) must import with the venv's python, else the
+    previous venv is switched back and the task fails.
+options:
+  state:
+    description: C(present) installs and switches to O(artifact_id); C(rollback) switches back to the previous venv.
+    type: str
+    choices: [present, rollback]
+    default: present
+  prefix:
+    description: Holds C(venvs/), the C(venv) symlink and C(venv.previous).
+    type: path
+    default: /opt/ddtree
+  artifact_id:
+    description: The artifact to install (required for O(state=present)).
+    type: str
+  artifact_bytes:
+    description: Size of the artifact, for progress.
+    type: int
+    default: 0
+  transfer:
+    description: C(ssh) pulls from O(ssh_host); C(file) reads O(artifact_file) and O(manifest_file) on this host.
+    type: str
+    choices: [ssh, file]
+    default: ssh
+  ssh_host:
+    description: Source host for O(transfer=ssh).
+    type: str
+  ssh_user:
+    description: User on the source host.
+    type: str
+    default: ddtree
+  ssh_identity:
+    description: Private key of the local user that connects.
+    type: path
+    default: /var/lib/ddtree/.ssh/id_ed25519
+  ssh_options:
+    description: Extra ssh options (C(-o Key=Value) pairs as separate list items).
+    type: list
+    elements: str
+    default: []
+  artifact_dir:
+    description: Directory of the artifacts on the source host.
+    type: path
+    default: /var/cache/ddtree/venv-artifacts
+  artifact_file:
+    description: The artifact on this host, for O(transfer=file).
+    type: path
+  manifest_file:
+    description: The manifest on this host, for O(transfer=file).
+    type: path
+  import_check:
+    description: Modules that must import with the new venv's python after the switch.
+    type: list
+    elements: str
+    default: []
+  keep:
+    description: Venvs to keep under C(<prefix>/venvs); the live and the previous one always stay.
+    type: int
+    default: 3
+  progress_file:
+    description: Where transfer progress is written as JSON (bytes, rate) while it runs.
+    type: path
+attributes:
+  check_mode:
+    support: full
+    description: Reports what would be installed or switched; transfers nothing.
+  diff_mode:
+    support: full
+    description: Shows the symlink target before and after.
+author:
+  - ddtree.fleet developers (@ddtree)
+"""
+
+EXAMPLES = r"""
+- name: Pull the venv from the source and switch to it
+  ddtree.fleet.venv_install:
+    artifact_id: "{{ artifact.id }}"
+    ssh_host: src
+    import_check: [sglang]
+
+- name: Back to the previous venv
+  ddtree.fleet.venv_install:
+    state: rollback
+"""
+
+RETURN = r"""
+path:
+  description: The live venv after the task.
+  returned: always
+  type: str
+previous:
+  description: The venv C(venv.previous) points at after the task.
+  returned: always
+  type: str
+transferred_bytes:
+  description: Compressed bytes received.
+  returned: when a transfer ran
+  type: int
+seconds:
+  description: Transfer, unpack and verification time.
+  returned: when a transfer ran
+  type: float
+cleaned:
+  description: Leftovers of interrupted runs that were removed.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+import os
+import platform
+import shutil
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.ddtree.fleet.plugins.module_utils import venv_artifact as va
+from ansible_collections.ddtree.fleet.plugins.module_utils.fs import nearest_existing
+
+
+
+class Installer:
+    def __init__(self, module):
+        self.m = module
+        self.p = module.params
+        self.prefix = self.p["prefix"]
+        self.venvs = os.path.join(self.prefix, "venvs")
+        self.link = os.path.join(self.prefix, "venv")
+        self.prev_link = os.path.join(self.prefix, "venv.previous")
+        self.state_file = os.path.join(self.venvs, ".installed.json")
+
+    # state -------------------------------------------------------------
+    def target_of(self, link):
+        return os.path.realpath(link) if os.path.islink(link) else None
+
+    def installed(self):
+        try:
+            with open(self.state_file) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return {}
+
+    def save_installed(self, data):
+        tmp = self.state_file + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(data, f, sort_keys=True, indent=1)
+        os.replace(tmp, self.state_file)
+
+    def point(self, link, target):
+        tmp = "%s.tmp-%d" % (link, os.getpid())
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        os.symlink(target, tmp)
+        os.replace(tmp, link)  # atomic: readers see the old or the new target, never none
+
+    def clean_leftovers(self):
+        cleaned = []
+        if os.path.isdir(self.venvs):
+            for name in os.listdir(self.venvs):
+                if name.startswith(".staging-"):
+                    if not self.m.check_mode:
+                        shutil.rmtree(os.path.join(self.venvs, name), ignore_errors=False)
+                    cleaned.append(name)
+        return cleaned
+
+    # source ------------------------------------------------------------
+    def ssh_argv(self, *remote):
+        p = self.p
+        return (["ssh", "-o", "BatchMode=yes", "-i", p["ssh_identity"], "-l", p["ssh_user"]] + p["ssh_options"]
+                + [p["ssh_host"], "--"] + list(remote))
+
+    def read_manifest(self):
+        aid = self.p["artifact_id"]
+        if self.p["transfer"] == "file":
+            with open(self.p["manifest_file"]) as f:
+                text = f.read()
+        else:
+            rc, text, err = self.m.run_command(self.ssh_argv("cat", os.path.join(self.p["artifact_dir"], aid + ".manifest.json")))
+            if rc != 0:
+                self.m.fail_json(msg="cannot read manifest %s from %s@%s: %s (host-to-host ssh comes from the base role)"
+                                     % (aid, self.p["ssh_user"], self.p["ssh_host"], err.strip()))
+        manifest = json.loads(text)
+        if va.manifest_id(manifest) != aid:
+            self.m.fail_json(msg="manifest of artifact %s does not hash to its id (%s): the source's artifact is corrupt; "
+                                 "remove it there and run again" % (aid, va.manifest_id(manifest)))
+        return manifest
+
+    def target_facts(self, manifest):
+        base = manifest["python"]["base_interpreter"]
+        version = None
+        if os.path.exists(base):
+            rc, out, _err = self.m.run_command([base, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"])
+            version = out.strip() if rc == 0 else None
+        st = os.statvfs(nearest_existing(self.prefix))
+        return {"base_interpreter_version": version, "machine": platform.machine(), "glibc": va.glibc_version(),
+                "free_bytes": st.f_bavail * st.f_frsize}
+
+    def stream(self, staging):
+        """Source bytes -> zstd -d -> tar -x into staging; progress into progress_file."""
+        if self.p["transfer"] == "file":
+            argv = ["cat", self.p["artifact_file"]]
+        else:
+            argv = self.ssh_argv("cat", os.path.join(self.p["artifact_dir"], self.p["artifact_id"] + ".tar.zst"))
+        return va.stream_unpack(argv, staging, self.progress)
+
+    def progress(self, done, secs, finished=False):
+        if not self.p["progress_file"]:
+            return
+        total = self.p["artifact_bytes"] or 0
+        rate = done / secs if secs > 0 else 0
+        doc = {"bytes": done, "total": total, "seconds": round(secs, 1), "rate_bps": int(rate),
+               "eta_s": int((total - done) / rate) if rate and total > done else 0, "finished": finished}
+        tmp = self.p["progress_file"] + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, self.p["progress_file"])
+
+    # actions -----------------------------------------------------------
+    def import_check(self, venv):
+        for mod in self.p["import_check"]:
+            rc, _out, err = self.m.run_command([os.path.join(venv, "bin", "python"), "-c", "import %s" % mod])
+            if rc != 0:
+                return "import %s failed: %s" % (mod, err.strip().splitlines()[-1] if err.strip() else "rc %d" % rc)
+        return None
+
+    def present(self):
+        aid = self.p["artifact_id"]
+        if not aid:
+            self.m.fail_json(msg="artifact_id is required for state=present")
+        need = ["ssh_host"] if self.p["transfer"] == "ssh" else ["artifact_file", "manifest_file"]
+        missing = [k for k in need if not self.p[k]]
+        if missing:
+            self.m.fail_json(msg="transfer=%s needs %s" % (self.p["transfer"], ", ".join(missing)))
+        installed = self.installed()
+        live = self.target_of(self.link)
+        cleaned = self.clean_leftovers()
+        if live and installed.get(aid, {}).get("path") == live:
+            return dict(changed=bool(cleaned), path=live, previous=self.target_of(self.prev_link), cleaned=cleaned)
+
+        manifest = self.read_manifest()
+        path = manifest["venv_path"]
+        if os.path.dirname(path) != self.venvs:
+            self.m.fail_json(msg="the source venv %s is not directly under %s: build serving venvs at %s/<name> on the "
+                                 "source (they run at the same absolute path on every target)" % (path, self.venvs, self.venvs))
+        fails = va.preflight(manifest, self.target_facts(manifest))
+        if fails:
+            self.m.fail_json(msg="venv %s (artifact %s) cannot run here: %s" % (path, aid, "; ".join(fails)))
+        if path == live:
+            self.m.fail_json(msg="%s is live with another artifact (%s): the source venv was changed in place; build "
+                                 "the new venv at a new path under %s and stream that" % (path, self.installed_id(installed, path), self.venvs))
+        diff = {"before": {"venv": live}, "after": {"venv": path}}
+        already = installed.get(aid, {}).get("path") == path and os.path.isdir(path)
+        if self.m.check_mode:
+            return dict(changed=True, path=path, previous=live, cleaned=cleaned, diff=diff)
+
+        result = dict(changed=True, path=path, cleaned=cleaned, diff=diff)
+        os.makedirs(self.venvs, mode=0o755, exist_ok=True)
+        if not already:
+            staging = os.path.join(self.venvs, ".staging-" + aid)
+            os.makedirs(staging)
+            done, secs, rcs, err = self.stream(staging)
+            if any(rcs):
+                shutil.rmtree(staging)
+                self.m.fail_json(msg="transfer of artifact %s failed (source rc %s, zstd rc %s, tar rc %s): %s; the live "
+                                     "venv %s is untouched" % (aid, rcs[0], rcs[1], rcs[2], err or "-", live or "(none)"))
+            unpacked = os.path.join(staging, os.path.relpath(path, "/"))
+            problems = va.verify_tree(unpacked, manifest) if os.path.isdir(unpacked) else ["nothing unpacked at %s" % path]
+            if problems:
+                shutil.rmtree(staging)
+                self.m.fail_json(msg="artifact %s does not match its manifest: %s; the live venv %s is untouched"
+                                     % (aid, "; ".join(problems), live or "(none)"))
+            if os.path.lexists(path):
+                shutil.rmtree(path)  # an old, not live copy of this path
+            os.rename(unpacked, path)
+            shutil.rmtree(staging)
+            result.update(transferred_bytes=done, seconds=round(secs, 2))
+        self.point(self.link, path)
+        if live and live != path:
+            self.point(self.prev_link, live)
+        bad = self.import_check(path)
+        if bad:
+            if live:
+                self.point(self.link, live)
+            self.m.fail_json(msg="venv %s: %s; switched back to %s" % (path, bad, live), **result)
+        installed[aid] = {"path": path, "installed": time.time()}
+        self.save_installed(self.prune(installed, path))
+        result["previous"] = self.target_of(self.prev_link)
+        return result
+
+    @staticmethod
+    def installed_id(installed, path):
+        return next((k for k, v in installed.items() if v.get("path") == path), "unknown")
+
+    def prune(self, installed, live):
+        keep = {live, self.target_of(self.prev_link)}
+        ordered = sorted(installed.items(), key=lambda kv: kv[1].get("installed", 0), reverse=True)
+        out = {}
+        for n, (aid, info) in enumerate(ordered):
+            if info["path"] in keep or n < self.p["keep"]:
+                out[aid] = info
+            elif os.path.isdir(info["path"]) and info["path"] not in keep:
+                shutil.rmtree(info["path"])
+        return out
+
+    def rollback(self):
+        live, prev = self.target_of(self.link), self.target_of(self.prev_link)
+        if not prev or not os.path.isdir(prev):
+            self.m.fail_json(msg="no previous venv to roll back to (%s does not point at a venv)" % self.prev_link)
+        diff = {"before": {"venv": live}, "after": {"venv": prev}}
+        if self.m.check_mode:
+            return dict(changed=True, path=prev, previous=live, cleaned=[], diff=diff)
+        self.point(self.link, prev)
+        if live:
+            self.point(self.prev_link, live)
+        bad = self.import_check(prev)
+        if bad:
+            self.m.fail_json(msg="rolled back to %s, but %s" % (prev, bad))
+        return dict(changed=True, path=prev, previous=live, cleaned=[], diff=diff)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type="str", choices=["present", "rollback"], default="present"),
+            prefix=dict(type="path", default="/opt/ddtree"),
+            artifact_id=dict(type="str"),
+            artifact_bytes=dict(type="int", default=0),
+            transfer=dict(type="str", choices=["ssh", "file"], default="ssh"),
+            ssh_host=dict(type="str"),
+            ssh_user=dict(type="str", default="ddtree"),
+            ssh_identity=dict(type="path", default="/var/lib/ddtree/.ssh/id_ed25519"),
+            ssh_options=dict(type="list", elements="str", default=[]),
+            artifact_dir=dict(type="path", default="/var/cache/ddtree/venv-artifacts"),
+            artifact_file=dict(type="path"),
+            manifest_file=dict(type="path"),
+            import_check=dict(type="list", elements="str", default=[]),
+            keep=dict(type="int", default=3),
+            progress_file=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    inst = Installer(module)
+    result = inst.present() if module.params["state"] == "present" else inst.rollback()
+    if not module._diff:
+        result.pop("diff", None)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
