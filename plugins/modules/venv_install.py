@@ -140,7 +140,6 @@ from ansible_collections.ddtree.fleet.plugins.module_utils import venv_artifact 
 from ansible_collections.ddtree.fleet.plugins.module_utils.fs import nearest_existing
 
 
-
 class Installer:
     def __init__(self, module):
         self.m = module

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# venv_stream benchmark: one source and one target test host, the source's egress shaped with
+# tc tbf to RATE (default 250mbit), the test serving venv (~300 MB, ~14k files). In one run:
+#   link     incompressible bytes over ssh from source to target (the raw link rate)
+#   role     ansible-playbook playbooks/venv.yml onto an empty target (wall time, Ansible included)
+#   reinstall python -m venv + pip install --no-index of the same wheels, already on the target
+#   rsync    rsync -a of the venv from the source over ssh
+# Prints a table and writes benchmarks/results/venv_stream.json. Ratios are what to compare.
+#   bash benchmarks/venv_stream.sh [RATE]
+set -euo pipefail
+# shellcheck source=../scripts/lib/common.sh
+source "$(cd "$(dirname "$0")" && pwd)/../scripts/lib/common.sh"
+bootstrap
+rate=${1:-250mbit}
+env=bench
+net=ddtree-bench
+inv=$DDTREE_WORK/bench-inventory.yml
+venv=/opt/ddtree/venvs/sglang-0.5.23-test
+out=$DDTREE_ROOT/benchmarks/results
+mkdir -p "$out"
+trap '"$DDTREE_ROOT/tests/podman/testhosts" down $env $net' EXIT
+
+declare -A ip
+while read -r h a; do ip[$h]=$a; done < <("$DDTREE_ROOT/tests/podman/testhosts" up $env $net vb-src vb-dst)
+cat >"$inv" <<INV
+all:
+  vars:
+    ansible_user: root
+    ansible_ssh_private_key_file: $DDTREE_SSH_KEY
+    ansible_ssh_common_args: -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR
+    venv_stream_source_venv: $venv
+    venv_stream_import_check: [numpy]
+    venv_stream_import_sglang: false
+  children:
+    fleet:
+      children:
+        sources: {hosts: {vb-src: {ansible_host: ${ip[vb-src]}}}}
+        gpu_hosts: {hosts: {vb-dst: {ansible_host: ${ip[vb-dst]}}}}
+INV
+cd "$DDTREE_ROOT"
+log "bench: base role, test venv on the source, wheelhouse on the target"
+ansible-playbook -i "$inv" playbooks/base.yml >/dev/null
+ansible-playbook -i "$inv" tests/playbooks/source_venv.yml >/dev/null
+ansible -i "$inv" vb-dst -m ansible.builtin.copy -a "src=$DDTREE_WHEELHOUSE/ dest=/var/tmp/wheelhouse/ mode=0644" >/dev/null
+ansible -i "$inv" vb-dst -m ansible.builtin.copy -a "src=tests/venv/requirements.txt dest=/var/tmp/wheelhouse/requirements.txt mode=0644" >/dev/null
+
+on() { podman exec "$env-$1" bash -c "$2"; }
+secs() { local t0 t1; t0=$EPOCHREALTIME; "$@" >/dev/null; t1=$EPOCHREALTIME; awk "BEGIN { print $t1 - $t0 }"; }
+as_ddtree='su - ddtree -c'
+
+on vb-src "dd if=/dev/urandom of=/var/tmp/rand bs=1M count=64 status=none; chmod 644 /var/tmp/rand"
+on vb-src "tc qdisc replace dev eth0 root tbf rate $rate burst 256kb latency 400ms"
+log "bench: link at $rate"
+t_link=$(secs on vb-dst "$as_ddtree 'ssh -o BatchMode=yes vb-src cat /var/tmp/rand > /dev/null'")
+log "bench: role"
+t_role=$(secs ansible-playbook -i "$inv" playbooks/venv.yml)
+bytes=$(on vb-dst "du -sb $venv | cut -f1")
+art=$(on vb-src "stat -c %s /var/cache/ddtree/venv-artifacts/*.tar.zst | head -1")
+log "bench: pip reinstall from the target's own wheelhouse"
+t_pip=$(secs on vb-dst "python3 -m venv /var/tmp/reinstall && /var/tmp/reinstall/bin/pip install -q --no-index --no-deps --find-links /var/tmp/wheelhouse -r /var/tmp/wheelhouse/requirements.txt")
+log "bench: rsync"
+t_rsync=$(secs on vb-dst "mkdir -p /var/tmp/rsync && chown ddtree /var/tmp/rsync && $as_ddtree 'rsync -a vb-src:$venv/ /var/tmp/rsync/'")
+on vb-src "tc qdisc del dev eth0 root"
+
+python3 - "$out/venv_stream.json" "$rate" "$t_link" "$t_role" "$t_pip" "$t_rsync" "$bytes" "$art" <<'PY'
+import json, sys
+path, rate = sys.argv[1], sys.argv[2]
+link, role, pip, rsync = (float(x) for x in sys.argv[3:7])
+venv_bytes, art_bytes = int(sys.argv[7]), int(sys.argv[8])
+link_mbs = 64 * 2**20 / link / 1e6
+d = {
+    "rate": rate, "venv_bytes": venv_bytes, "artifact_bytes": art_bytes,
+    "link_MBps": round(link_mbs, 1),
+    "role_s": round(role, 1), "reinstall_s": round(pip, 1), "rsync_s": round(rsync, 1),
+    "role_vs_reinstall": round(pip / role, 2), "role_vs_rsync": round(rsync / role, 2),
+    # payload delivered per second by the role, relative to what the raw link carries
+    "role_payload_vs_link": round(venv_bytes / role / 1e6 / link_mbs, 2),
+}
+json.dump(d, open(path, "w"), indent=1)
+print("%-10s %8s %10s" % ("method", "seconds", "speedup"))
+print("%-10s %8.1f %10s" % ("role", role, "1.00"))
+print("%-10s %8.1f %10.2f" % ("reinstall", pip, pip / role))
+print("%-10s %8.1f %10.2f" % ("rsync", rsync, rsync / role))
+print("link %.1f MB/s; venv %.0f MB (%.0f MB compressed); role delivers %.2fx the link rate in venv bytes"
+      % (link_mbs, venv_bytes / 1e6, art_bytes / 1e6, d["role_payload_vs_link"]))
+PY
