@@ -20,13 +20,8 @@ options:
     description: The path to check.
     type: path
     required: true
-attributes:
-  check_mode:
-    support: full
-    description: Reads only; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Changes nothing, so there is no diff.
+extends_documentation_fragment:
+  - ddtree.fleet.attributes.read_only
 author:
   - ddtree.fleet developers (@ddtree)
 """

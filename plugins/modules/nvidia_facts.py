@@ -34,13 +34,9 @@ options:
     description: Seconds each nvidia-smi call may take.
     type: int
     default: 30
+extends_documentation_fragment:
+  - ddtree.fleet.attributes.read_only
 attributes:
-  check_mode:
-    support: full
-    description: Reads only; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Changes nothing, so there is no diff.
   facts:
     support: full
     description: Returns C(ansible_facts.nvidia).
