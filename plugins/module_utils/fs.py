@@ -19,3 +19,12 @@ def nearest_existing(path):
             break
         path = parent
     return path
+
+
+def atomic_write(path, text, mode=0o644):
+    """Write text to path so readers see the old file or the new one, never a partial one."""
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)

@@ -87,17 +87,10 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddtree.fleet.plugins.module_utils import venv_artifact as va
+from ansible_collections.ddtree.fleet.plugins.module_utils.fs import atomic_write
 
 PACKAGES = ("import importlib.metadata as m, json; "
             "print(json.dumps(sorted(set('%s==%s' % (d.metadata['Name'], d.version) for d in m.distributions()))))")
-
-
-def atomic_write(path, text):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
 
 
 def load_index(path):
@@ -108,7 +101,7 @@ def load_index(path):
         return {}
 
 
-def prune(module, artifact_dir, keep, current):
+def prune(artifact_dir, keep, current):
     ids = []
     for name in os.listdir(artifact_dir):
         if name.endswith(".manifest.json"):
@@ -183,7 +176,7 @@ def main():
         atomic_write(man, json.dumps(manifest, sort_keys=True))
     index[fp] = aid
     atomic_write(index_path, json.dumps(index, sort_keys=True))
-    removed = prune(module, adir, module.params["keep"], aid)
+    removed = prune(adir, module.params["keep"], aid)
     module.exit_json(changed=not exists or bool(removed), id=aid, artifact=tar, artifact_bytes=os.path.getsize(tar),
                      manifest_path=man, manifest=va.summary(manifest), reused=False, pruned=removed)
 

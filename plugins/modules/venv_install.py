@@ -137,7 +137,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddtree.fleet.plugins.module_utils import venv_artifact as va
-from ansible_collections.ddtree.fleet.plugins.module_utils.fs import nearest_existing
+from ansible_collections.ddtree.fleet.plugins.module_utils.fs import atomic_write, nearest_existing
 
 
 class Installer:
@@ -162,10 +162,7 @@ class Installer:
             return {}
 
     def save_installed(self, data):
-        tmp = self.state_file + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(data, f, sort_keys=True, indent=1)
-        os.replace(tmp, self.state_file)
+        atomic_write(self.state_file, json.dumps(data, sort_keys=True, indent=1))
 
     def point(self, link, target):
         tmp = "%s.tmp-%d" % (link, os.getpid())
@@ -231,10 +228,7 @@ class Installer:
         rate = done / secs if secs > 0 else 0
         doc = {"bytes": done, "total": total, "seconds": round(secs, 1), "rate_bps": int(rate),
                "eta_s": int((total - done) / rate) if rate and total > done else 0, "finished": finished}
-        tmp = self.p["progress_file"] + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(doc, f)
-        os.replace(tmp, self.p["progress_file"])
+        atomic_write(self.p["progress_file"], json.dumps(doc))
 
     # actions -----------------------------------------------------------
     def import_check(self, venv):
@@ -319,7 +313,7 @@ class Installer:
         for n, (aid, info) in enumerate(ordered):
             if info["path"] in keep or n < self.p["keep"]:
                 out[aid] = info
-            elif os.path.isdir(info["path"]) and info["path"] not in keep:
+            elif os.path.isdir(info["path"]):
                 shutil.rmtree(info["path"])
         return out
 

@@ -12,3 +12,12 @@ def test_nearest_existing_parent(tmp_path):
 def test_statvfs_matches(tmp_path):
     st = os.statvfs(tmp_path)
     assert st.f_bavail * st.f_frsize > 0
+
+
+def test_atomic_write_replaces_whole_file(tmp_path):
+    target = tmp_path / "state.json"
+    target.write_text("old")
+    fs.atomic_write(str(target), "new", mode=0o600)
+    assert target.read_text() == "new"
+    assert oct(target.stat().st_mode & 0o777) == "0o600"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temporary file left
