@@ -21,10 +21,12 @@ def nearest_existing(path):
     return path
 
 
-def atomic_write(path, text, mode=0o644):
-    """Write text to path so readers see the old file or the new one, never a partial one."""
+def atomic_write(path, data, mode=0o644):
+    """Write text or bytes to path so readers see the old file or the new one, never a partial one."""
     tmp = "%s.tmp-%d" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        f.write(text)
+    with open(tmp, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
     os.chmod(tmp, mode)
     os.replace(tmp, path)

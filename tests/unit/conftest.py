@@ -14,11 +14,13 @@ sys.path.insert(0, str(ROOT / ".collections"))
 
 @pytest.fixture
 def run_module(tmp_path):
-    """run_module(name, check=False, diff=False, **params) -> the registered result."""
+    """run_module(name, check=False, diff=False, **params) -> the registered result (failed: true on failure)."""
     def run(name, check=False, diff=False, **params):
         out = tmp_path / "result.json"
+        # a failure is caught by rescue, so the result keeps failed: true and the message
         play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
-            {"ddtree.fleet." + name: params, "register": "r", "failed_when": False},
+            {"block": [{"ddtree.fleet." + name: params, "register": "r"}],
+             "rescue": [{"ansible.builtin.set_fact": {"r": "{{ ansible_failed_result }}"}}]},
             {"ansible.builtin.copy": {"content": "{{ r | to_json }}", "dest": str(out), "mode": "0600"},
              "check_mode": False},
         ]}]
@@ -30,3 +32,34 @@ def run_module(tmp_path):
         assert p.returncode == 0, p.stdout + p.stderr
         return json.loads(out.read_text())
     return run
+
+
+def sglang_wheel():
+    """The pinned sglang wheel from the controller's wheelhouse (scripts/test downloads it)."""
+    house = os.environ.get("DDTREE_WHEELHOUSE", "")
+    wheels = sorted(Path(house).glob("sglang-0.5.23-*.whl")) if house else []
+    assert wheels, "DDTREE_WHEELHOUSE (%r) has no sglang 0.5.23 wheel: run through scripts/test" % house
+    return wheels[0]
+
+
+@pytest.fixture(scope="session")
+def sglang_site(tmp_path_factory):
+    """A pristine copy of the wheel's files, unpacked like site-packages (read it, don't change it)."""
+    import zipfile
+    dest = tmp_path_factory.mktemp("sglang-site")
+    with zipfile.ZipFile(sglang_wheel()) as z:
+        z.extractall(dest)
+    return dest
+
+
+@pytest.fixture
+def sglang_venv(tmp_path, sglang_site):
+    """A fake venv (lib/pythonX.Y/site-packages) holding a writable copy of the wheel's sglang."""
+    import shutil
+    site = tmp_path / "venv" / "lib" / ("python%d.%d" % sys.version_info[:2]) / "site-packages"
+    site.mkdir(parents=True)
+    shutil.copytree(sglang_site / "sglang", site / "sglang")
+    shutil.copytree(next(sglang_site.glob("sglang-*.dist-info")), site / "sglang-0.5.23.dist-info")
+    (tmp_path / "venv" / "bin").mkdir()
+    os.symlink(sys.executable, tmp_path / "venv" / "bin" / "python")
+    return tmp_path / "venv", site
