@@ -147,6 +147,7 @@ def fleet_rows(hostvars, hosts):
             "parallelism": ("tp%s ep%s dp%s" % (par.get("tp"), par.get("ep"), par.get("dp"))) if par else None,
             "groups": sorted(g for g in hv.get("group_names", []) if g.startswith("gpu_")),
             "warnings": nv.get("warnings", []),
+            "service": hv.get("ddtree_service_status") or [],
         })
     return rows
 

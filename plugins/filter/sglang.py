@@ -1,0 +1,247 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, ddtree.fleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Render the SGLang server command line from a serving profile (one place, tested per family)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: sglang_argv
+short_description: The sglang.launch_server arguments for a serving profile
+version_added: "0.1.0"
+description:
+  - Turns a merged serving profile (see C(docs/profiles.md)) and the instance's paths and ports into
+    the argument list after C(python -m sglang.launch_server), using SGLang 0.5.23 flag names
+    (C(--cuda-graph-max-bs-decode), C(--attn-dp-size), never the removed ones).
+  - C(DDTREE) switches the attention backend and page size to the profile's C(ddtree_*) values,
+    adds C(--speculative-ddtree-budget) and C(--disable-overlap-schedule) (DDTree has no overlap path).
+  - The API key is never part of it; the service passes it in a credential file.
+  - This file also holds C(sglang_server_expect) (the server_info values the health gate compares),
+    C(sglang_algorithm) and C(sglang_instances) (everything the service role renders per instance).
+positional: model_path
+options:
+  _input:
+    description: The merged serving profile.
+    type: dict
+    required: true
+  model_path:
+    description: Target model directory.
+    type: str
+    required: true
+  drafter_path:
+    description: Drafter directory (needed when the algorithm is not C(none)).
+    type: str
+  algorithm:
+    description: Override of the profile's C(speculative.algorithm) (C(DFLASH), C(DDTREE), C(none), ...).
+    type: str
+  host:
+    description: Address to bind.
+    type: str
+    default: 0.0.0.0
+  port:
+    description: Port.
+    type: int
+    default: 30000
+  served_model_name:
+    description: Name the server lists in /v1/models.
+    type: str
+  reasoning_parser:
+    description: C(--reasoning-parser) value; empty leaves it out.
+    type: str
+  tool_call_parser:
+    description: C(--tool-call-parser) value; empty leaves it out.
+    type: str
+  skip_all_warmup:
+    description: Add C(--skip-server-warmup) (used when the vision warmup must be skipped and the patch is absent).
+    type: bool
+    default: false
+  extra_args:
+    description: Arguments appended as they are.
+    type: list
+    elements: str
+"""
+
+EXAMPLES = r"""
+- name: Render the command line
+  ansible.builtin.set_fact:
+    argv: "{{ nvidia_facts_profile | ddtree.fleet.sglang_argv('/opt/ddtree/models/kimi', drafter_path='/opt/ddtree/models/dflash') }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The arguments, each a string.
+  type: list
+  elements: str
+"""
+
+from ansible.errors import AnsibleFilterError
+
+
+def _algorithm(profile, algorithm):
+    algo = algorithm if algorithm not in (None, "") else (profile.get("speculative") or {}).get("algorithm")
+    return "none" if algo in (None, "", "none", "NONE") else str(algo).upper()
+
+
+def sglang_argv(profile, model_path, drafter_path=None, algorithm=None, host="0.0.0.0", port=30000,
+                served_model_name=None, reasoning_parser=None, tool_call_parser=None, skip_all_warmup=False,
+                extra_args=None):
+    spec = profile.get("speculative") or {}
+    par = profile.get("parallelism") or {}
+    graph = profile.get("cuda_graph") or {}
+    algo = _algorithm(profile, algorithm)
+    if algo != "none" and not drafter_path:
+        raise AnsibleFilterError("speculative algorithm %s needs a drafter path" % algo)
+    attention, page = profile.get("attention_backend"), profile.get("page_size")
+    if algo == "DDTREE":
+        attention = spec.get("ddtree_attention_backend") or attention
+        page = spec.get("ddtree_page_size") or page
+    a = ["--model-path", model_path, "--trust-remote-code"]
+    if served_model_name:
+        a += ["--served-model-name", served_model_name]
+    a += ["--tp-size", str(par.get("tp", 1))]
+    for key, flag in (("ep", "--ep-size"), ("dp", "--dp-size"), ("attn_dp", "--attn-dp-size")):
+        if int(par.get(key) or 1) > 1:
+            a += [flag, str(par[key])]
+    if attention:
+        a += ["--attention-backend", str(attention)]
+    if page:
+        a += ["--page-size", str(page)]
+    for key, flag in (("moe_a2a_backend", "--moe-a2a-backend"), ("moe_runner_backend", "--moe-runner-backend")):
+        if profile.get(key):
+            a += [flag, str(profile[key])]
+    if graph.get("decode_backend"):
+        a += ["--cuda-graph-backend-decode", str(graph["decode_backend"])]
+    if graph.get("disable_prefill"):
+        a += ["--disable-prefill-cuda-graph"]
+    elif graph.get("prefill_backend"):
+        a += ["--cuda-graph-backend-prefill", str(graph["prefill_backend"])]
+    if graph.get("max_bs_decode"):
+        a += ["--cuda-graph-max-bs-decode", str(graph["max_bs_decode"])]
+    if algo != "none":
+        a += ["--speculative-algorithm", algo, "--speculative-draft-model-path", drafter_path]
+        if spec.get("num_draft_tokens"):
+            a += ["--speculative-num-draft-tokens", str(spec["num_draft_tokens"])]
+        if spec.get("draft_attention_backend"):
+            a += ["--speculative-draft-attention-backend", str(spec["draft_attention_backend"])]
+        if algo == "DDTREE":
+            a += ["--speculative-ddtree-budget", str(spec.get("ddtree_budget") or 8), "--disable-overlap-schedule"]
+        if int(par.get("attn_dp") or 1) > 1:
+            a += ["--enable-dp-lm-head"]  # DFLASH with attention DP requires it [wheel]
+    if profile.get("max_running_requests"):
+        a += ["--max-running-requests", str(profile["max_running_requests"])]
+    if profile.get("mem_fraction_static") not in (None, ""):
+        a += ["--mem-fraction-static", str(profile["mem_fraction_static"])]
+    a += ["--host", str(host), "--port", str(port), "--enable-metrics"]
+    if reasoning_parser:
+        a += ["--reasoning-parser", reasoning_parser]
+    if tool_call_parser:
+        a += ["--tool-call-parser", tool_call_parser]
+    if skip_all_warmup:
+        a += ["--skip-server-warmup"]
+    return a + [str(x) for x in (extra_args or [])]
+
+
+def sglang_server_expect(argv):
+    """The server_info keys (and values) a server started with argv must report: each
+    `--flag value` as flag_name: value, numbers as numbers (what the health gate compares)."""
+    wanted = ("tp_size", "ep_size", "dp_size", "attn_dp_size", "attention_backend", "page_size",
+              "speculative_algorithm", "speculative_num_draft_tokens", "max_running_requests",
+              "cuda_graph_max_bs_decode", "served_model_name", "model_path", "port")
+    out, i = {}, 0
+    while i < len(argv):
+        key = argv[i][2:].replace("-", "_") if argv[i].startswith("--") else None
+        value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
+        if key in wanted and value is not None:
+            try:
+                out[key] = int(value)
+            except ValueError:
+                out[key] = value
+        i += 2 if value is not None else 1
+    return out
+
+
+def _merge(a, b):
+    out = dict(a)
+    for k, v in (b or {}).items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def sglang_algorithm(instance_profile, profile, algorithm=""):
+    """The speculative algorithm an instance runs (upper case, or none)."""
+    return _algorithm(_merge(profile, instance_profile or {}), algorithm)
+
+
+def _cpu_set(text):
+    """'0-3,8' -> {0, 1, 2, 3, 8} (nvidia-smi's affinity notation)."""
+    out = set()
+    for part in text.replace(" ", ",").split(","):
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.update(range(int(lo), int(hi) + 1))
+        elif part.strip().isdigit():
+            out.add(int(part))
+    return out
+
+
+def _ranges(cpus):
+    """{0, 1, 2, 3, 8} -> '0-3 8' (systemd's CPUAffinity notation)."""
+    out, run = [], []
+    for c in sorted(cpus):
+        if run and c == run[-1] + 1:
+            run.append(c)
+            continue
+        if run:
+            out.append("%d-%d" % (run[0], run[-1]) if len(run) > 1 else str(run[0]))
+        run = [c]
+    if run:
+        out.append("%d-%d" % (run[0], run[-1]) if len(run) > 1 else str(run[0]))
+    return " ".join(out)
+
+
+VLM_WARMUP_PATCH = "0001-vlm-warmup-skip-image"
+
+
+def sglang_instances(instances, settings):
+    """Everything the service needs per instance: GPUs, CPUs, argv, environment, gate values."""
+    s = settings
+    all_gpus = [g["index"] for g in s.get("gpus") or []]
+    out = []
+    for inst in instances:
+        profile = _merge(s["profile"], inst.get("profile") or {})
+        gpus = list(inst.get("gpus") or all_gpus)
+        cpus = ""
+        if s.get("cpu_pinning"):
+            aff = [g.get("cpu_affinity") for g in s.get("gpus") or [] if g["index"] in gpus and g.get("cpu_affinity")]
+            cpus = _ranges(_cpu_set(",".join(aff)) & set(range(int(s.get("online_cpus") or 0) or 1 << 16)))
+            if aff and not cpus:
+                raise AnsibleFilterError(
+                    "instance %s: the CPUs next to GPUs %s (%s) are not online on this host (%s CPUs); set "
+                    "ddtree_service_cpu_pinning: false or check the GPU facts" % (inst["name"], gpus, " ".join(aff), s.get("online_cpus")))
+        skip_vision = bool(profile.get("skip_vision_warmup"))
+        patched = VLM_WARMUP_PATCH in (s.get("patches") or [])
+        argv = sglang_argv(profile, s["model_path"], drafter_path=s.get("drafter_path"), algorithm=s.get("algorithm"),
+                           host=s.get("host", "0.0.0.0"), port=inst["port"], served_model_name=s.get("served_model_name"),
+                           reasoning_parser=s.get("reasoning_parser"), tool_call_parser=s.get("tool_call_parser"),
+                           skip_all_warmup=skip_vision and not patched, extra_args=s.get("extra_args"))
+        state, cache = "/var/lib/ddtree-sglang/%s" % inst["name"], "/var/cache/ddtree-sglang/%s" % inst["name"]
+        env = {"HOME": state, "XDG_CACHE_HOME": cache, "TRITON_CACHE_DIR": cache + "/triton",
+               "TORCHINDUCTOR_CACHE_DIR": cache + "/inductor", "FLASHINFER_WORKSPACE_BASE": cache}
+        env.update(profile.get("env") or {})
+        env.update(s.get("env") or {})
+        if skip_vision and patched:
+            env["SGLANG_SKIP_VLM_WARMUP"] = "1"
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+        out.append({"name": inst["name"], "port": int(inst["port"]), "gpus": gpus, "cpus": cpus, "argv": argv,
+                    "env": dict((k, str(v)) for k, v in env.items()), "expect": sglang_server_expect(argv),
+                    "algorithm": _algorithm(profile, s.get("algorithm")), "unit": "ddtree-sglang@%s.service" % inst["name"]})
+    return out
+
+
+class FilterModule:
+    def filters(self):
+        return {"sglang_argv": sglang_argv, "sglang_server_expect": sglang_server_expect,
+                "sglang_algorithm": sglang_algorithm, "sglang_instances": sglang_instances}

@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""TEST DOUBLE: a stand-in for `python -m sglang.launch_server` (the real server needs a big GPU).
+
+Used only by tests and the lab, never by a production code path: the lab and molecule set
+ddtree_service_launcher to run this file with the venv's python instead of `-m sglang.launch_server`.
+It takes the same command line (every `--flag [value]`, plus `--config FILE` for the API key),
+and speaks the parts of SGLang 0.5.23's HTTP API the collection uses:
+
+  GET  /health /health_generate /ready      200 once "loaded" (503 before; no API key needed)
+  GET  /v1/models                           the served model name
+  GET  /server_info /get_server_info        the parsed flags, version, internal_states
+  GET  /model_info /get_model_info          model path, is_generation
+  GET  /metrics                             Prometheus text (running requests, totals, spec accept)
+  POST /generate /v1/completions /v1/chat/completions
+                                            a deterministic answer after max_new_tokens x per-token delay
+
+Failure injection: a JSON file (env DDTREE_SGLANG_DOUBLE_FAULTS, default
+/etc/ddtree-sglang-double/faults.json) holding a list of {"match": "<substring of the joined
+argv>", "mode": ...}; the first entry whose match is in the command line applies:
+  crash            exit 3 right away (like a bad flag or an import error)
+  crash_after:N    serve, then exit 3 after N seconds
+  unhealthy        /health_generate answers 503 forever (the gate must fail)
+  slow_start:N     load for N seconds before /health_generate answers 200
+  wrong_model      /v1/models lists another name
+  drift:KEY=VALUE  /server_info reports KEY=VALUE instead of the flag's value
+Load time: --double-load-seconds is not used (unknown flags are refused by the flag contract);
+the env DDTREE_SGLANG_DOUBLE_LOAD_S (default 1) sets it.
+"""
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+VERSION = "0.5.23"
+TOKEN_DELAY = float(os.environ.get("DDTREE_SGLANG_DOUBLE_TOKEN_S", "0.01"))
+
+
+def parse(argv):
+    args, i = {}, 0
+    while i < len(argv):
+        tok = argv[i]
+        if not tok.startswith("--"):
+            i += 1
+            continue
+        key = tok[2:].replace("-", "_")
+        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            vals = []
+            i += 1
+            while i < len(argv) and not argv[i].startswith("--"):
+                vals.append(argv[i])
+                i += 1
+            val = vals[0] if len(vals) == 1 else vals
+            try:
+                val = int(val)
+            except (TypeError, ValueError):
+                try:
+                    val = float(val)
+                except (TypeError, ValueError):
+                    pass
+            args[key] = val
+        else:
+            args[key] = True
+            i += 1
+    return args
+
+
+def read_config(path):
+    """--config YAML: only flat `key: value` lines are needed (the API key)."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            if ":" in line and not line.lstrip().startswith("#"):
+                k, v = line.split(":", 1)
+                out[k.strip().replace("-", "_")] = v.strip().strip("'\"")
+    return out
+
+
+def fault_for(argv_text):
+    path = os.environ.get("DDTREE_SGLANG_DOUBLE_FAULTS", "/etc/ddtree-sglang-double/faults.json")
+    try:
+        with open(path) as f:
+            faults = json.load(f)
+    except (OSError, ValueError):
+        return None
+    for f in faults:
+        if f.get("match", "") in argv_text:
+            return f["mode"]
+    return None
+
+
+class State:
+    def __init__(self, args, fault):
+        self.args, self.fault = args, fault or ""
+        self.started = time.time()
+        load = float(os.environ.get("DDTREE_SGLANG_DOUBLE_LOAD_S", "1"))
+        if self.fault.startswith("slow_start:"):
+            load = float(self.fault.split(":", 1)[1])
+        self.ready_at = self.started + load
+        self.running = 0
+        self.total = 0
+        self.lock = threading.Lock()
+
+    def ready(self):
+        return time.time() >= self.ready_at
+
+    def served_name(self):
+        if self.fault == "wrong_model":
+            return "not-the-model"
+        return str(self.args.get("served_model_name") or self.args.get("model_path"))
+
+    def server_info(self):
+        info = dict(self.args)
+        info.pop("api_key", None)
+        info.pop("config", None)
+        if self.fault.startswith("drift:"):
+            k, v = self.fault.split(":", 1)[1].split("=", 1)
+            info[k] = int(v) if v.isdigit() else v
+        info.update(version=VERSION, internal_states=[{"avg_spec_accept_length": 3.4 if info.get("speculative_algorithm") else 1.0}])
+        return info
+
+
+def make_handler(state):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *a):
+            sys.stderr.write("sglang-double: %s\n" % (fmt % a))
+
+        def send(self, code, body, ctype="application/json"):
+            data = body if isinstance(body, bytes) else (json.dumps(body) if ctype == "application/json" else body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def authorized(self):
+            key = state.args.get("api_key")
+            return not key or self.headers.get("Authorization") == "Bearer %s" % key
+
+        def do_GET(self):
+            path = self.path.split("?")[0]
+            if path in ("/health", "/health_generate", "/ready"):
+                ok = state.ready() and not (path != "/ready" and state.fault == "unhealthy")
+                return self.send(200 if ok else 503, {} if ok else {"error": "not ready"})
+            if path == "/metrics":
+                spec = state.server_info()["internal_states"][0]["avg_spec_accept_length"]
+                text = ("# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"%s\"} %d\n"
+                        "# TYPE sglang:num_requests_total counter\nsglang:num_requests_total{model_name=\"%s\"} %d\n"
+                        "# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name=\"%s\"} %s\n"
+                        % (state.served_name(), state.running, state.served_name(), state.total, state.served_name(), spec))
+                return self.send(200, text, "text/plain; version=0.0.4")
+            if not self.authorized():
+                return self.send(401, {"error": "Unauthorized"})
+            if not state.ready():
+                return self.send(503, {"error": "loading"})
+            if path == "/v1/models":
+                return self.send(200, {"object": "list", "data": [
+                    {"id": state.served_name(), "object": "model", "owned_by": "sglang", "root": state.args.get("model_path")}]})
+            if path in ("/server_info", "/get_server_info"):
+                return self.send(200, state.server_info())
+            if path in ("/model_info", "/get_model_info"):
+                return self.send(200, {"model_path": state.args.get("model_path"), "is_generation": True,
+                                       "has_image_understanding": False})
+            return self.send(404, {"error": "not found"})
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if not self.authorized():
+                return self.send(401, {"error": "Unauthorized"})
+            if not state.ready() or state.fault == "unhealthy":
+                return self.send(503, {"error": "not ready"})
+            n = int(body.get("max_tokens") or (body.get("sampling_params") or {}).get("max_new_tokens") or 16)
+            with state.lock:
+                state.running += 1
+            try:
+                time.sleep(n * TOKEN_DELAY)
+            finally:
+                with state.lock:
+                    state.running -= 1
+                    state.total += 1
+            text = " ".join(["tok"] * n)
+            usage = {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}
+            if self.path.startswith("/v1/chat/completions"):
+                return self.send(200, {"id": "chatcmpl-double", "object": "chat.completion", "model": state.served_name(),
+                                       "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                                    "finish_reason": "length"}], "usage": usage})
+            if self.path.startswith("/v1/completions"):
+                return self.send(200, {"id": "cmpl-double", "object": "text_completion", "model": state.served_name(),
+                                       "choices": [{"index": 0, "text": text, "finish_reason": "length"}], "usage": usage})
+            if self.path.startswith("/generate"):
+                return self.send(200, {"text": text, "meta_info": {"completion_tokens": n, "prompt_tokens": 8,
+                                                                   "spec_accept_length": 3.4}})
+            return self.send(404, {"error": "not found"})
+
+    return Handler
+
+
+def main(argv):
+    args = parse(argv)
+    if "config" in args:
+        args.update(read_config(args["config"]))
+    fault = fault_for(" ".join(argv))
+    sys.stderr.write("sglang-double %s: model %s on %s:%s fault=%s\n"
+                     % (VERSION, args.get("model_path"), args.get("host"), args.get("port"), fault))
+    if fault == "crash":
+        sys.stderr.write("sglang-double: injected crash at start\n")
+        return 3
+    if "model_path" not in args or not os.path.isdir(str(args["model_path"])):
+        sys.stderr.write("sglang-double: --model-path %s is not a directory\n" % args.get("model_path"))
+        return 2
+    state = State(args, fault)
+    server = ThreadingHTTPServer((str(args.get("host", "127.0.0.1")), int(args.get("port", 30000))), make_handler(state))
+    if fault and fault.startswith("crash_after:"):
+        threading.Timer(float(fault.split(":", 1)[1]), lambda: os._exit(3)).start()
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,117 @@
+"""Command lines rendered from every family profile, checked against the real sglang 0.5.23
+wheel's flag contract; instances, pinning and environment."""
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.ddtree.fleet.plugins.filter import sglang as f
+from ansible_collections.ddtree.fleet.plugins.module_utils import sglang_flags as sf
+
+ROOT = Path(__file__).resolve().parents[4]
+FAMILIES = sorted(p.stem for p in (ROOT / "profiles").glob("*.yml") if not p.name.startswith("_"))
+
+
+def profile(family):
+    base = yaml.safe_load((ROOT / "profiles" / "_defaults.yml").read_text())
+    return f._merge(base, yaml.safe_load((ROOT / "profiles" / ("%s.yml" % family)).read_text()))
+
+
+@pytest.fixture(scope="module")
+def contract(sglang_site):
+    return sf.read_contract(str(sglang_site))
+
+
+def render(family, **kw):
+    args = dict(drafter_path="/opt/ddtree/models/drafter", served_model_name="kimi-k2.6",
+                reasoning_parser="kimi_k2", tool_call_parser="kimi_k2")
+    args.update(kw)
+    return f.sglang_argv(profile(family), "/opt/ddtree/models/target", **args)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_renders_a_command_line_sglang_accepts(contract, family):
+    argv = render(family)
+    assert sf.check_argv(contract, argv) == []
+    assert argv[argv.index("--max-running-requests") + 1] == "128"  # never DFLASH's silent 48
+    assert "--cuda-graph-max-bs-decode" in argv and "--api-key" not in argv
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_autoregressive_baseline_renders_too(contract, family):
+    argv = render(family, algorithm="none")
+    assert sf.check_argv(contract, argv) == [] and "--speculative-algorithm" not in argv
+
+
+def test_family_choices_reach_the_command_line():
+    b300, rtx = render("b300"), render("rtx_pro_6000")
+    assert b300[b300.index("--attention-backend") + 1] == "trtllm_mla" and b300[b300.index("--page-size") + 1] == "64"
+    assert rtx[rtx.index("--ep-size") + 1] == "8" and "--disable-prefill-cuda-graph" in rtx
+    assert "--cuda-graph-backend-prefill" not in rtx
+    assert rtx[rtx.index("--speculative-draft-attention-backend") + 1] == "triton"
+
+
+def test_ddtree_switches_backend_and_is_refused_by_0_5_23(contract):
+    argv = render("b300", algorithm="ddtree")
+    assert argv[argv.index("--attention-backend") + 1] == "triton" and argv[argv.index("--page-size") + 1] == "1"
+    assert argv[argv.index("--speculative-ddtree-budget") + 1] == "8" and "--disable-overlap-schedule" in argv
+    problems = sf.check_argv(contract, argv)
+    assert any("DDTREE is not in sglang 0.5.23" in p for p in problems)
+    assert any("--speculative-ddtree-budget is not a flag" in p for p in problems)
+
+
+def test_a_flag_0_5_23_removed_is_refused(contract):
+    argv = render("h200", extra_args=["--cuda-graph-max-bs", "256", "--enable-dp-attention"])
+    problems = sf.check_argv(contract, argv)
+    assert any("--cuda-graph-max-bs is not a flag" in p and "ambiguous" in p for p in problems)
+    assert any("--enable-dp-attention is deprecated" in p for p in problems)
+
+
+def test_drafter_is_required_for_speculation():
+    with pytest.raises(Exception, match="needs a drafter path"):
+        f.sglang_argv(profile("b300"), "/m", drafter_path=None)
+
+
+def test_server_expect_reads_values_back():
+    exp = f.sglang_server_expect(render("rtx_pro_6000"))
+    assert exp["tp_size"] == 8 and exp["ep_size"] == 8 and exp["speculative_algorithm"] == "DFLASH"
+    assert exp["max_running_requests"] == 128 and exp["served_model_name"] == "kimi-k2.6"
+
+
+def gpus(affinities):
+    return [{"index": i, "cpu_affinity": a} for i, a in enumerate(affinities)]
+
+
+def settings(**kw):
+    s = dict(profile=profile("rtx_pro_6000"), gpus=gpus(["0-3,8-11"] * 2 + ["4-7,12-15"] * 2), cpu_pinning=True,
+             online_cpus=16, model_path="/m", drafter_path="/d", served_model_name="k", patches=[])
+    s.update(kw)
+    return s
+
+
+def test_instances_split_gpus_pin_cpus_and_merge_their_profile():
+    out = f.sglang_instances([{"name": "a", "port": 30000, "gpus": [0, 1], "profile": {"parallelism": {"tp": 2, "ep": 2}}},
+                              {"name": "b", "port": 30001, "gpus": [2, 3], "profile": {"parallelism": {"tp": 2, "ep": 2}}}],
+                             settings())
+    a, b = out
+    assert (a["env"]["CUDA_VISIBLE_DEVICES"], b["env"]["CUDA_VISIBLE_DEVICES"]) == ("0,1", "2,3")
+    assert (a["cpus"], b["cpus"]) == ("0-3 8-11", "4-7 12-15")
+    assert a["expect"]["tp_size"] == 2 and a["expect"]["port"] == 30000 and b["expect"]["port"] == 30001
+    assert a["env"]["NCCL_P2P_LEVEL"] == "SYS" and a["env"]["HOME"] == "/var/lib/ddtree-sglang/a"
+    assert a["unit"] == "ddtree-sglang@a.service"
+
+
+def test_pinning_keeps_online_cpus_and_refuses_none():
+    one = [{"name": "a", "port": 1, "gpus": [2]}]
+    assert f.sglang_instances(one, settings(online_cpus=6))[0]["cpus"] == "4-5"
+    with pytest.raises(Exception, match="not online on this host"):
+        f.sglang_instances(one, settings(online_cpus=2))
+    assert f.sglang_instances(one, settings(online_cpus=2, cpu_pinning=False))[0]["cpus"] == ""
+
+
+def test_vision_warmup_skip_uses_the_patch_or_skips_all_warmup():
+    inst = [{"name": "a", "port": 1}]
+    with_patch = f.sglang_instances(inst, settings(patches=[f.VLM_WARMUP_PATCH]))[0]
+    without = f.sglang_instances(inst, settings())[0]
+    assert with_patch["env"]["SGLANG_SKIP_VLM_WARMUP"] == "1" and "--skip-server-warmup" not in with_patch["argv"]
+    assert "SGLANG_SKIP_VLM_WARMUP" not in without["env"] and "--skip-server-warmup" in without["argv"]

@@ -1,0 +1,112 @@
+"""sglang_release and sglang_health run for real; the health gate against the SGLang stand-in."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+DOUBLE = Path(__file__).resolve().parents[3] / "doubles" / "sglang_server.py"
+
+
+def release(run_module, tmp_path, venv, **kw):
+    args = dict(instance="main", root=str(tmp_path / "svc"), venv=str(venv), argv=["--model-path", "/m", "--tp-size", "8"],
+                env={"A": "1"})
+    args.update(kw)
+    return run_module("sglang_release", **args)
+
+
+@pytest.fixture
+def venv(tmp_path):
+    real = tmp_path / "venvs" / "v1"
+    (real / ".ddtree").mkdir(parents=True)
+    (real / ".ddtree" / "sglang-patch.json").write_text(json.dumps({"series": "s", "patches": ["p1"]}))
+    os.symlink(real, tmp_path / "venv")
+    return tmp_path / "venv"
+
+
+def test_release_is_content_addressed_and_switches_atomically(run_module, tmp_path, venv):
+    dry = release(run_module, tmp_path, venv, check=True)
+    assert dry["changed"] and not (tmp_path / "svc").exists()
+    r1 = release(run_module, tmp_path, venv)
+    assert r1["changed"] and r1["previous"] is None
+    cur = tmp_path / "svc" / "main" / "current"
+    assert os.path.realpath(cur).endswith(r1["id"])
+    launch = (cur / "launch").read_text()
+    assert str(tmp_path / "venvs" / "v1") + "/bin/python -m sglang.launch_server" in launch  # the venv's real path
+    assert "--tp-size 8" in launch and os.access(cur / "launch", os.X_OK)
+    assert (cur / "env").read_text().splitlines()[1] == 'A="1"'
+    assert json.loads((cur / "release.json").read_text())["patch_stamp"]["patches"] == ["p1"]
+    assert not release(run_module, tmp_path, venv)["changed"]  # same inputs, same release
+
+    r2 = release(run_module, tmp_path, venv, argv=["--model-path", "/m", "--tp-size", "4"], diff=True)
+    assert r2["changed"] and r2["previous"] == r1["id"] and r2["id"] != r1["id"]
+    assert '"4"' in r2["diff"]["after"] and '"8"' in r2["diff"]["before"]
+    # the patch stamp is part of the release: re-patching the venv makes a new one
+    (tmp_path / "venvs" / "v1" / ".ddtree" / "sglang-patch.json").write_text(json.dumps({"series": "s", "patches": []}))
+    r3 = release(run_module, tmp_path, venv, argv=["--model-path", "/m", "--tp-size", "4"])
+    assert r3["changed"] and r3["id"] != r2["id"]
+
+    back = run_module("sglang_release", instance="main", root=str(tmp_path / "svc"), state="rollback")
+    assert back["id"] == r2["id"] and back["previous"] == r3["id"]
+    assert os.path.realpath(cur).endswith(r2["id"])
+
+
+def test_rollback_without_a_previous_release_fails(run_module, tmp_path, venv):
+    release(run_module, tmp_path, venv)
+    r = run_module("sglang_release", instance="main", root=str(tmp_path / "svc"), state="rollback")
+    assert r["failed"] and "no previous release" in r["msg"]
+
+
+def test_old_releases_are_pruned(run_module, tmp_path, venv):
+    for n in range(5):
+        release(run_module, tmp_path, venv, argv=["--tp-size", str(n + 1)], keep=2)
+    assert len(list((tmp_path / "svc" / "main" / "releases").iterdir())) == 2
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(tmp_path):
+    procs = []
+
+    def start(*argv, faults=None):
+        port = free_port()
+        env = dict(os.environ, DDTREE_SGLANG_DOUBLE_LOAD_S="0.5",
+                   DDTREE_SGLANG_DOUBLE_FAULTS=str(tmp_path / "faults.json"))
+        (tmp_path / "faults.json").write_text(json.dumps(faults or []))
+        (tmp_path / "model").mkdir(exist_ok=True)
+        p = subprocess.Popen([sys.executable, str(DOUBLE), "--model-path", str(tmp_path / "model"), "--served-model-name",
+                              "kimi", "--host", "127.0.0.1", "--port", str(port), *argv], env=env)
+        procs.append(p)
+        return "http://127.0.0.1:%d" % port
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def test_gate_passes_and_reads_server_info(run_module, server):
+    url = server("--tp-size", "8", "--speculative-algorithm", "DFLASH", "--api-key", "k")
+    r = run_module("sglang_health", url=url, model="kimi", expect={"tp_size": 8, "speculative_algorithm": "dflash"},
+                   api_key="k", timeout=20, interval=0.2)
+    assert r["healthy"] and r["server_info"] == {"tp_size": 8, "speculative_algorithm": "DFLASH"} and r["seconds"] >= 0
+
+
+def test_gate_reports_drift_wrong_model_and_timeout(run_module, server):
+    url = server("--tp-size", "8", faults=[{"match": "--tp-size 8", "mode": "drift:tp_size=4"}])
+    r = run_module("sglang_health", url=url, model="kimi", expect={"tp_size": 8}, timeout=20, interval=0.2)
+    assert r["failed"] and "tp_size is 4, expected 8" in r["msg"]
+    r = run_module("sglang_health", url=url, model="other", timeout=20, interval=0.2)
+    assert r["failed"] and "lists ['kimi'], not other" in r["msg"]
+    bad = server(faults=[{"match": "", "mode": "unhealthy"}])
+    start = time.time()
+    r = run_module("sglang_health", url=bad, model="kimi", timeout=2, interval=0.2)
+    assert r["failed"] and "did not answer 200 within 2s" in r["msg"] and time.time() - start < 15
