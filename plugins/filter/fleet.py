@@ -63,6 +63,8 @@ _value:
   elements: str
 """
 
+from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia as nvidia_mu
+
 CHECKS = ("gpu_count", "gpu_memory", "homogeneous", "driver", "nvlink", "disk", "ram")
 GIB = 1024 ** 3
 
@@ -152,6 +154,11 @@ def fleet_rows(hostvars, hosts):
     return rows
 
 
+def cuda_toolkit_problems(version, compute_caps, driver_cuda="", floor=""):
+    """Why a CUDA toolkit version cannot serve a host (module_utils/nvidia.py holds the table)."""
+    return nvidia_mu.toolkit_problems(version, compute_caps, driver_cuda or None, floor or None)
+
+
 class FilterModule:
     def filters(self):
-        return {"gpu_preflight": gpu_preflight, "fleet_rows": fleet_rows}
+        return {"gpu_preflight": gpu_preflight, "fleet_rows": fleet_rows, "cuda_toolkit_problems": cuda_toolkit_problems}

@@ -68,6 +68,46 @@ DRIVER_BRANCH_CUDA = (
     (510, "11.6"),
 )
 
+# First CUDA toolkit whose nvcc/ptxas generate code for a compute capability (NVIDIA's CUDA
+# features archive: 12.8 added sm_100/sm_101/sm_120, 12.9 sm_103/sm_121; 13.0 renamed sm_101 to
+# sm_110). The cuda_toolkit role refuses a toolkit below this for any GPU on the host.
+ARCH_MIN_CUDA = {
+    "7.0": "9.0",
+    "8.0": "11.0",
+    "8.6": "11.1",
+    "8.9": "11.8",
+    "9.0": "11.8",
+    "10.0": "12.8",
+    "10.3": "12.9",
+    "11.0": "13.0",
+    "12.0": "12.8",
+    "12.1": "12.9",
+}
+
+
+def version_tuple(v):
+    """'12.9' -> (12, 9); '580.65.06' -> (580, 65, 6)."""
+    return tuple(int(x) for x in re.findall(r"\d+", str(v)))
+
+
+def toolkit_problems(version, compute_caps, driver_cuda, floor=None):
+    """Why a CUDA toolkit version cannot serve a host: too old for an arch or the profile's floor,
+    or newer than the driver supports. Empty when it can."""
+    out = []
+    want = version_tuple(version)
+    for cc in sorted(set(compute_caps)):
+        need = ARCH_MIN_CUDA.get(cc)
+        if need is None:
+            out.append("compute capability %s is not in the toolkit table (module_utils/nvidia.py ARCH_MIN_CUDA)" % cc)
+        elif want < version_tuple(need):
+            out.append("CUDA %s cannot compile for sm_%s (needs >= %s)" % (version, cc.replace(".", ""), need))
+    if floor and want < version_tuple(floor):
+        out.append("CUDA %s is below the profile's cuda_toolkit_min %s" % (version, floor))
+    if driver_cuda and want[:2] > version_tuple(driver_cuda)[:2]:
+        out.append("CUDA %s is newer than the driver supports (CUDA %s): JIT-compiled kernels would not load" % (version, driver_cuda))
+    return out
+
+
 _ANSI = re.compile(r"(?:\x1b)?\[[0-9;]*m")  # ESC[4m, or "[4m" where the ESC byte was lost
 _TRAILING_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _NA = ("", "N/A", "[N/A]", "[Not Supported]", "Not Supported")

@@ -20,7 +20,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 DDTREE_APT_PACKAGES=(
   podman runc netavark aardvark-dns conmon catatonit uidmap slirp4netns
   debootstrap python3 python3-venv python3-dev openssh-client git ca-certificates
-  zstd aria2 nginx-light iproute2 rsync
+  zstd aria2 nginx-light iproute2 rsync gcc
 )
 
 log() { printf '==> %s\n' "$*" >&2; }
@@ -118,6 +118,21 @@ ensure_wheelhouse() {
   export DDTREE_WHEELHOUSE=$dir
 }
 
+ensure_cuda_wheelhouse() { # the CUDA component wheels of tests/cuda/requirements.txt (~165 MB)
+  local req=$DDTREE_ROOT/tests/cuda/requirements.txt key dir
+  key=$(hash_files "$req")
+  dir=$DDTREE_CACHE/cuda-wheelhouse-$key
+  if [ ! -e "$dir/.complete" ]; then
+    log "CUDA wheelhouse: downloading tests/cuda/requirements.txt (~165 MB)"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    pip download -q --no-deps --only-binary=:all: -r "$req" -d "$dir" >"$dir.log" 2>&1 \
+      || { grep -v 'is ignored' "$dir.log" | tail -20 >&2; die "CUDA wheelhouse download failed"; }
+    touch "$dir/.complete"
+  fi
+  export DDTREE_CUDA_WHEELHOUSE=$dir
+}
+
 bootstrap() {
   require_root
   mkdir -p "$DDTREE_WORK" "$ANSIBLE_HOME" "$XDG_CACHE_HOME"
@@ -126,4 +141,5 @@ bootstrap() {
   ensure_image
   ensure_ssh_key
   ensure_wheelhouse
+  ensure_cuda_wheelhouse
 }
