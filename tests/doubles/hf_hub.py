@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""TEST DOUBLE: a local Hugging Face Hub mirror (the hub is not reachable from here).
+
+Serves repositories from ROOT/<owner>/<name>/ (files as they would be in the repo) with the
+hub's API shape and download paths:
+
+  GET /api/models/<repo>/revision/<rev>?blobs=true   {id, sha, siblings: [{rfilename, size, blobId, lfs?}]}
+  GET|HEAD /<repo>/resolve/<rev>/<path>              the file, with Range (206), ETag, Content-Length
+
+Files of 1 MiB and more are "LFS" (siblings carry lfs.sha256 and lfs.size, as the hub does for
+weights); smaller ones only carry blobId, git's sha1 of the blob. The revision sha is a hash of
+the file list, so changing a file changes it.
+
+Options (argv): --root DIR --port N [--gated REPO --token T]... [--rate BYTES_PER_S] (per
+connection, like a CDN) [--corrupt REPO/PATH]... (serves flipped bytes, hashes unchanged)
+[--log FILE] (one JSON line per file response: path, bytes sent, peer).
+"""
+import argparse
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote, urlparse
+
+LFS_MIN = 1 << 20
+
+
+def blob_sha1(data):
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+class Repo:
+    def __init__(self, path, repo_id):
+        self.path, self.id = path, repo_id
+        self.files = {}
+        for d, _dirs, names in os.walk(path):
+            for n in sorted(names):
+                full = os.path.join(d, n)
+                rel = os.path.relpath(full, path)
+                with open(full, "rb") as f:
+                    data = f.read()
+                info = {"rfilename": rel, "size": len(data), "blobId": blob_sha1(data)}
+                if len(data) >= LFS_MIN:
+                    info["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+                self.files[rel] = info
+        self.sha = hashlib.sha1(json.dumps(sorted(self.files.items())).encode()).hexdigest()
+
+
+def load(root):
+    repos = {}
+    for owner in sorted(os.listdir(root)):
+        for name in sorted(os.listdir(os.path.join(root, owner))):
+            rid = "%s/%s" % (owner, name)
+            repos[rid] = Repo(os.path.join(root, owner, name), rid)
+    return repos
+
+
+def make_handler(opts, repos, log_lock):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *a):
+            pass
+
+        def json(self, code, body):
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+
+        def allowed(self, repo):
+            if repo not in opts.gated:
+                return True
+            return self.headers.get("Authorization") == "Bearer %s" % opts.token
+
+        def find(self, parts):
+            # <owner>/<name>/resolve/<rev>/<path...>
+            if len(parts) >= 5 and parts[2] == "resolve":
+                return "/".join(parts[:2]), parts[3], "/".join(parts[4:])
+            return None, None, None
+
+        def do_HEAD(self):
+            self.do_GET()
+
+        def do_GET(self):
+            url = urlparse(self.path)
+            parts = [unquote(p) for p in url.path.strip("/").split("/")]
+            if parts[:2] == ["api", "models"]:
+                rid = "/".join(parts[2:4])
+                repo = repos.get(rid)
+                if repo is None:
+                    return self.json(404, {"error": "Repository Not Found"})
+                if not self.allowed(rid):
+                    return self.json(401, {"error": "Access to model %s is restricted. You must be authenticated." % rid})
+                return self.json(200, {"id": rid, "modelId": rid, "sha": repo.sha, "private": False,
+                                       "gated": "manual" if rid in opts.gated else False,
+                                       "siblings": [repo.files[k] for k in sorted(repo.files)]})
+            rid, _rev, path = self.find(parts)
+            repo = repos.get(rid)
+            if repo is None or path not in repo.files:
+                return self.json(404, {"error": "Entry not found"})
+            if not self.allowed(rid):
+                return self.json(401, {"error": "Access restricted"})
+            size = repo.files[path]["size"]
+            start, end = 0, size - 1
+            rng = self.headers.get("Range")
+            if rng and rng.startswith("bytes="):
+                a, b = rng[6:].split("-", 1)
+                start = int(a) if a else max(size - int(b), 0)
+                end = int(b) if (a and b) else size - 1
+            length = max(end - start + 1, 0)
+            self.send_response(206 if rng else 200)
+            self.send_header("Content-Length", str(length))
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("ETag", '"%s"' % repo.files[path].get("lfs", {}).get("sha256", repo.files[path]["blobId"]))
+            if rng:
+                self.send_header("Content-Range", "bytes %d-%d/%d" % (start, end, size))
+            self.end_headers()
+            if self.command == "HEAD":
+                return None
+            sent = 0
+            corrupt = "%s/%s" % (rid, path) in opts.corrupt
+            with open(os.path.join(repo.path, path), "rb") as f:
+                f.seek(start)
+                t0 = time.time()
+                while sent < length:
+                    chunk = f.read(min(65536, length - sent))
+                    if not chunk:
+                        break
+                    if corrupt:
+                        chunk = bytes(b ^ 0xFF for b in chunk)
+                    try:
+                        self.wfile.write(chunk)
+                    except (BrokenPipeError, ConnectionResetError):
+                        break
+                    sent += len(chunk)
+                    if opts.rate:
+                        ahead = sent / opts.rate - (time.time() - t0)
+                        if ahead > 0:
+                            time.sleep(ahead)
+            if opts.log:
+                with log_lock, open(opts.log, "a") as lf:
+                    lf.write(json.dumps({"repo": rid, "path": path, "bytes": sent, "peer": self.client_address[0]}) + "\n")
+            return None
+
+    return Handler
+
+
+def main(argv):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--port", type=int, default=8090)
+    ap.add_argument("--bind", default="0.0.0.0")
+    ap.add_argument("--gated", action="append", default=[])
+    ap.add_argument("--token", default="")
+    ap.add_argument("--rate", type=float, default=0)
+    ap.add_argument("--corrupt", action="append", default=[])
+    ap.add_argument("--log", default="")
+    opts = ap.parse_args(argv)
+    repos = load(opts.root)
+    server = ThreadingHTTPServer((opts.bind, opts.port), make_handler(opts, repos, threading.Lock()))
+    sys.stderr.write("hub mirror: %d repos on :%d\n" % (len(repos), opts.port))
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,124 @@
+"""model_fetch runs for real: aria2c against the hub mirror double serving a small real model."""
+import hashlib
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+DOUBLES = Path(__file__).resolve().parents[3] / "doubles"
+REPO = "ddtree-test/tiny-model"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def hub(tmp_path):
+    root = tmp_path / "hub"
+    subprocess.run([sys.executable, str(DOUBLES / "make_model.py"), str(root / REPO), "--shards", "3", "--shard-mib", "2"], check=True)
+    procs = []
+
+    def start(*extra):
+        port = free_port()
+        log = tmp_path / ("hub-%d.log" % port)
+        procs.append(subprocess.Popen([sys.executable, str(DOUBLES / "hf_hub.py"), "--root", str(root), "--port", str(port),
+                                       "--bind", "127.0.0.1", "--log", str(log), *extra]))
+        for _attempt in range(50):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        return "http://127.0.0.1:%d" % port, log
+    yield start, root / REPO
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def sha256(p):
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def test_fetch_verify_publish_and_no_second_download(run_module, hub, tmp_path):
+    start, src = hub
+    url, log = start()
+    dest = tmp_path / "models" / "tiny"
+    args = dict(repo_id=REPO, endpoint=url, dest=str(dest), margin_gib=0, connections=4)
+    assert run_module("model_fetch", check=True, **args)["changed"] and not dest.exists()
+    r = run_module("model_fetch", **args)
+    assert r["changed"] and r["files"] == 7 and r["downloaded_bytes"] == r["bytes"]
+    for f in src.iterdir():
+        assert sha256(dest / f.name) == sha256(f)
+    man = json.loads((dest / ".ddtree-manifest.json").read_text())
+    assert man["repo_id"] == REPO and len(man["revision"]) == 40
+    lfs = [e for e in man["files"] if e["sha256"]]
+    assert len(lfs) == 3 and all(e["path"].endswith(".safetensors") for e in lfs)
+    assert not Path(str(dest) + ".partial").exists()
+    served = len(log.read_text().splitlines())
+    again = run_module("model_fetch", **args)
+    assert not again["changed"] and len(log.read_text().splitlines()) == served  # nothing fetched
+    full = run_module("model_fetch", verify="full", **args)
+    assert not full["changed"]
+    (dest / "config.json").write_text("{}")  # damage: full verification notices
+    assert run_module("model_fetch", verify="full", **args)["changed"]
+    assert sha256(dest / "config.json") == sha256(src / "config.json")
+    assert Path(str(dest) + ".previous").is_dir()
+
+
+def test_include_exclude(run_module, hub, tmp_path):
+    start, _src = hub
+    url, _log = start()
+    r = run_module("model_fetch", repo_id=REPO, endpoint=url, dest=str(tmp_path / "m"), margin_gib=0,
+                   include=["*.json"], exclude=["tokenizer*"])
+    assert r["files"] == 3 and sorted(p.name for p in (tmp_path / "m").iterdir()) == [
+        ".ddtree-manifest.json", "config.json", "generation_config.json", "model.safetensors.index.json"]
+
+
+def test_gated_repo_needs_the_token_which_never_shows(run_module, hub, tmp_path):
+    start, _src = hub
+    url, _log = start("--gated", REPO, "--token", "hf_secret_test_token")
+    dest = tmp_path / "g"
+    r = run_module("model_fetch", repo_id=REPO, endpoint=url, dest=str(dest), margin_gib=0)
+    assert r["failed"] and "401" in r["msg"] and "the token is missing" in r["msg"]
+    r = run_module("model_fetch", repo_id=REPO, endpoint=url, dest=str(dest), margin_gib=0, token="hf_secret_test_token")
+    assert r["changed"] and "hf_secret_test_token" not in json.dumps(r)
+    assert not list(Path(str(dest) + ".partial").glob("*")) if Path(str(dest) + ".partial").exists() else True
+    assert "hf_secret_test_token" not in "".join(p.read_text(errors="replace") for p in dest.rglob("*") if p.is_file() and p.suffix == ".json")
+
+
+def test_missing_file_is_named(run_module, hub, tmp_path):
+    start, src = hub
+    url, _log = start()
+    r = run_module("model_fetch", repo_id=REPO, endpoint=url, dest=str(tmp_path / "a"), margin_gib=0)
+    man = json.loads((tmp_path / "a" / ".ddtree-manifest.json").read_text())
+    man["files"].append({"path": "model-00009-of-00009.safetensors", "size": 10, "sha256": "0" * 64, "sha1": None})
+    pinned = tmp_path / "pinned.json"
+    pinned.write_text(json.dumps(man))
+    r = run_module("model_fetch", repo_id=REPO, endpoint=url, dest=str(tmp_path / "b"), margin_gib=0, manifest=str(pinned))
+    assert r["failed"] and "model-00009-of-00009.safetensors: HTTP 404" in r["msg"]
+    assert not (tmp_path / "b").exists()  # nothing published
+
+
+def test_corrupt_file_is_fetched_again_then_named(run_module, hub, tmp_path):
+    start, _src = hub
+    url, log = start("--corrupt", REPO + "/config.json")
+    r = run_module("model_fetch", repo_id=REPO, endpoint=url, dest=str(tmp_path / "c"), margin_gib=0)
+    assert r["failed"] and "config.json is" in r["msg"] and "the hub says" in r["msg"]
+    assert sum(1 for ln in log.read_text().splitlines() if json.loads(ln)["path"] == "config.json") == 2
+    assert not (tmp_path / "c").exists()
+
+
+def test_not_enough_space_fails_before_download(run_module, hub, tmp_path):
+    start, _src = hub
+    url, log = start()
+    r = run_module("model_fetch", repo_id=REPO, endpoint=url, dest=str(tmp_path / "d"), margin_gib=100000)
+    assert r["failed"] and "needs" in r["msg"] and "GiB free" in r["msg"]
+    assert not log.exists() or log.read_text() == ""
