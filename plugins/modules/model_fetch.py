@@ -60,7 +60,7 @@ options:
   peers:
     description:
       - Base URLs of peers that serve a verified copy of this model (file URL = peer + / + path).
-      - Each file is then fetched from the origin and the peers at once.
+      - Files are fetched from the peers first; what they cannot serve (or serve wrong) comes from the origin.
     type: list
     elements: str
     default: []
@@ -113,6 +113,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+needed:
+  description: Whether the published model was missing or did not match (a download was or would be needed).
+  returned: always
+  type: bool
 revision:
   description: The commit that was fetched.
   returned: always
@@ -129,6 +133,11 @@ downloaded_bytes:
   description: Bytes aria2c fetched in this run.
   returned: always
   type: int
+from_peers:
+  description: Files that came from the peers (when peers were given).
+  returned: when peers were given
+  type: list
+  elements: str
 refetched:
   description: Files that failed verification once and were fetched again.
   returned: always
@@ -240,12 +249,12 @@ class Fetch:
             "bytes": done, "total": total, "seconds": round(secs, 1), "rate_bps": int(rate),
             "eta_s": int((total - done) / rate) if rate > 0 and total > done else 0, "finished": False}))
 
-    def aria2(self, manifest, entries):
-        """One aria2c run over entries; returns (rc, log tail)."""
+    def aria2(self, manifest, entries, from_peers=False):
+        """One aria2c run over entries, from the origin or (from_peers) only from the peers; (rc, stderr)."""
         p = self.p
         for e in entries:
-            e["uris"] = [hub.file_url(p["endpoint"], manifest["repo_id"], manifest["revision"], e["path"])] + \
-                ["%s/%s" % (peer.rstrip("/"), e["path"]) for peer in p["peers"]]
+            e["uris"] = (["%s/%s" % (peer.rstrip("/"), e["path"]) for peer in p["peers"]] if from_peers else
+                         [hub.file_url(p["endpoint"], manifest["repo_id"], manifest["revision"], e["path"])])
         inp = os.path.join(self.staging, ".aria2-input")
         fd = os.open(inp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -253,7 +262,8 @@ class Fetch:
         log = os.path.join(self.staging, ".aria2.log")
         argv = ["aria2c", "--input-file", inp, "--dir", self.staging, "-x", str(p["connections"]), "-s", str(p["connections"]),
                 "-k", "1M", "-j", str(p["concurrent"]), "--continue=true", "--auto-file-renaming=false",
-                "--allow-overwrite=true", "--file-allocation=none", "--max-tries", str(p["max_tries"]), "--retry-wait=2",
+                "--allow-overwrite=true", "--file-allocation=none", "--retry-wait=2",
+                "--max-tries", str(3 if from_peers else p["max_tries"]),
                 "--lowest-speed-limit", p["lowest_speed"], "--max-file-not-found=1", "--remote-time=false",
                 "--console-log-level=error", "--summary-interval=0", "--download-result=hide",
                 "--log", log, "--log-level=notice", "--uri-selector=adaptive"]
@@ -283,11 +293,11 @@ class Fetch:
         p = self.p
         manifest = self.resolve()
         total = sum(e["size"] for e in manifest["files"])
-        result = dict(changed=False, revision=manifest["revision"], files=len(manifest["files"]), bytes=total,
+        result = dict(changed=False, needed=False, revision=manifest["revision"], files=len(manifest["files"]), bytes=total,
                       downloaded_bytes=0, refetched=[], dest=self.dest)
         if self.published_ok(manifest):
             return result
-        result["changed"] = True
+        result["changed"] = result["needed"] = True
         if self.m.check_mode:
             return result
         os.makedirs(self.staging, exist_ok=True)
@@ -304,13 +314,20 @@ class Fetch:
             self.m.fail_json(msg=msg, **result)
         before = self.on_disk(todo)
         start = time.time()
+        if p["peers"] and todo:
+            # peers first; what they cannot serve (or serve wrong) comes from the origin below
+            self.aria2(manifest, todo, from_peers=True)
+            for e in todo:
+                path = os.path.join(self.staging, e["path"])
+                if not self.incomplete([e]) and not hub.file_ok(path, e)[0]:
+                    os.unlink(path)
+            result["from_peers"] = [e["path"] for e in todo if not self.incomplete([e])]
+            todo = self.incomplete(todo)
         for attempt in (1, 2):
             if not todo:
                 break
             rc, err = self.aria2(manifest, todo)
-            incomplete = [e for e in todo if not os.path.isfile(os.path.join(self.staging, e["path"]))
-                          or os.path.exists(os.path.join(self.staging, e["path"]) + ".aria2")
-                          or os.path.getsize(os.path.join(self.staging, e["path"])) != e["size"]]
+            incomplete = self.incomplete(todo)
             if incomplete:
                 self.m.fail_json(msg="%s: aria2c (rc %s) did not complete %d file(s): %s; completed files are kept in %s "
                                      "and the next run resumes" % (manifest["repo_id"], rc, len(incomplete),
@@ -344,6 +361,11 @@ class Fetch:
             atomic_write(p["progress_file"], json.dumps({"bytes": total, "total": total, "seconds": result["seconds"],
                                                          "rate_bps": 0, "eta_s": 0, "finished": True}))
         return result
+
+    def incomplete(self, entries):
+        return [e for e in entries if not os.path.isfile(os.path.join(self.staging, e["path"]))
+                or os.path.exists(os.path.join(self.staging, e["path"]) + ".aria2")
+                or os.path.getsize(os.path.join(self.staging, e["path"])) != e["size"]]
 
     @staticmethod
     def downloaded(manifest, done, before):

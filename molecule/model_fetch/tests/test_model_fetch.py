@@ -11,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
 from verify import INVENTORY, PROJECT, other, playbook  # noqa: E402
 
-testinfra_hosts = ["ansible://mf-t1", "ansible://mf-t2"]
+testinfra_hosts = ["ansible://mf-t1", "ansible://mf-t2", "ansible://mf-t3"]
 SRC = "/srv/hub/ddtree-test/tiny-model"
 DEST = "/opt/ddtree/models/tiny"
 CONVERGE = "molecule/model_fetch/converge.yml"
@@ -27,6 +27,18 @@ def test_model_is_byte_identical_to_the_hub(host):
     man = json.loads(host.file(DEST + "/.ddtree-manifest.json").content_string)
     assert man["repo_id"] == "ddtree-test/tiny-model" and len(man["files"]) == 8
     assert not host.file(DEST + ".partial").exists
+
+
+def test_fan_out_keeps_origin_bytes_low(host):
+    if host.backend.get_hostname() != "mf-t1":
+        return
+    hub = other("mf-hub")
+    size = int(hub.check_output("find %s -type f -printf '%%s\\n' | awk '{s += $1} END {print s}'" % SRC))
+    served = [json.loads(ln) for ln in hub.file("/var/log/hub-8090.jsonl").content_string.splitlines()]
+    origin = sum(s["bytes"] for s in served)
+    assert size <= origin <= 1.5 * size, (origin, size)  # the seed took it all, the others took (almost) nothing
+    # the peer server ran only while needed
+    assert not host.service("ddtree-model-peer.service").is_running
 
 
 def test_killed_fetch_resumes_without_refetching_completed_files(host):

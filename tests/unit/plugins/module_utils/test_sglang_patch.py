@@ -4,7 +4,7 @@ import hashlib
 import types
 
 import pytest
-from sglang_series import series
+from helpers import series
 
 from ansible_collections.ddtree.fleet.plugins.module_utils import sglang_patch as sp
 

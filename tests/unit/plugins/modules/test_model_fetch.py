@@ -8,15 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import free_port
 
 DOUBLES = Path(__file__).resolve().parents[3] / "doubles"
 REPO = "ddtree-test/tiny-model"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -122,3 +117,26 @@ def test_not_enough_space_fails_before_download(run_module, hub, tmp_path):
     r = run_module("model_fetch", repo_id=REPO, endpoint=url, dest=str(tmp_path / "d"), margin_gib=100000)
     assert r["failed"] and "needs" in r["msg"] and "GiB free" in r["msg"]
     assert not log.exists() or log.read_text() == ""
+
+
+def test_peers_serve_first_and_the_origin_is_the_fallback(run_module, hub, tmp_path):
+    start, _src = hub
+    url, log = start()
+    seed = tmp_path / "seed" / "tiny"
+    assert run_module("model_fetch", repo_id=REPO, endpoint=url, dest=str(seed), margin_gib=0)["changed"]
+    (seed / "config.json").unlink()  # the peer lacks one file: it must come from the origin
+    port = free_port()
+    peer = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory",
+                             str(tmp_path / "seed")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1)
+        mark = len(log.read_text().splitlines())
+        r = run_module("model_fetch", repo_id=REPO, endpoint=url, dest=str(tmp_path / "other" / "tiny"), margin_gib=0,
+                       peers=["http://127.0.0.1:%d/tiny" % port])
+    finally:
+        peer.kill()
+        peer.wait()
+    assert r["changed"] and "config.json" not in r["from_peers"] and len(r["from_peers"]) == 6
+    from_origin = [json.loads(ln)["path"] for ln in log.read_text().splitlines()[mark:]]
+    assert from_origin == ["config.json"]
+    assert (tmp_path / "other" / "tiny" / "config.json").read_bytes() == (_src / "config.json").read_bytes()

@@ -2,7 +2,7 @@
 import hashlib
 import json
 
-from sglang_series import series
+from helpers import series
 
 
 def sha(p):

@@ -1,13 +1,13 @@
 """sglang_release and sglang_health run for real; the health gate against the SGLang stand-in."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from helpers import free_port
 
 DOUBLE = Path(__file__).resolve().parents[3] / "doubles" / "sglang_server.py"
 
@@ -65,12 +65,6 @@ def test_old_releases_are_pruned(run_module, tmp_path, venv):
     for n in range(5):
         release(run_module, tmp_path, venv, argv=["--tp-size", str(n + 1)], keep=2)
     assert len(list((tmp_path / "svc" / "main" / "releases").iterdir())) == 2
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

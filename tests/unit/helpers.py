@@ -1,4 +1,5 @@
-"""The shipped SGLang 0.5.23 series, loaded the way the role loads it (diff text in each patch)."""
+"""Helpers shared by the unit tests: the shipped SGLang series as the role loads it, a free port."""
+import socket
 from pathlib import Path
 
 import yaml
@@ -11,3 +12,9 @@ def series():
     for p in doc["patches"]:
         p["diff"] = (SERIES_DIR / p["file"]).read_text()
     return doc
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
