@@ -15,9 +15,10 @@ def other(name):
 
 
 def playbook(path, *extra, limit="all"):
-    """Run a playbook against the scenario's hosts; .text is the output on one line (the yaml
+    """Run a playbook against the scenario's hosts (limit=None: no --limit, so plays on the implicit
+    localhost run too); .text is the output on one line (the yaml
     callback wraps long messages)."""
-    argv = ["ansible-playbook", "-i", INVENTORY, "--limit", limit, str(PROJECT / path), *extra]
+    argv = ["ansible-playbook", "-i", INVENTORY] + (["--limit", limit] if limit else []) + [str(PROJECT / path), *extra]
     env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"))
     p = subprocess.run(argv, cwd=PROJECT, env=env, capture_output=True, text=True, check=False)
     p.text = " ".join(p.stdout.split())

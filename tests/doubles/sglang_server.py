@@ -13,6 +13,8 @@ and speaks the parts of SGLang 0.5.23's HTTP API the collection uses:
   GET  /metrics                             Prometheus text (running requests, totals, spec accept)
   POST /generate /v1/completions /v1/chat/completions
                                             a deterministic answer after max_new_tokens x per-token delay
+                                            (/generate streams SSE with "stream": true; the delay is
+                                            2.15x shorter when a speculative algorithm is set)
 
 Failure injection: a JSON file (env DDTREE_SGLANG_DOUBLE_FAULTS, default
 /etc/ddtree-sglang-double/faults.json) holding a list of {"match": "<substring of the joined
@@ -35,6 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 VERSION = "0.5.23"
 TOKEN_DELAY = float(os.environ.get("DDTREE_SGLANG_DOUBLE_TOKEN_S", "0.01"))
+SPEC_SPEEDUP = 2.15
 
 
 def parse(argv):
@@ -166,6 +169,22 @@ def make_handler(state):
                                        "has_image_understanding": False})
             return self.send(404, {"error": "not found"})
 
+        def stream(self, n, delay):
+            """SGLang's native streaming: SSE lines `data: {json}` with cumulative text, then [DONE]."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            for k in range(1, n + 1):
+                time.sleep(delay)
+                meta = {"completion_tokens": k, "prompt_tokens": 8, "spec_accept_length": 3.4}
+                chunk = {"text": " ".join(["tok"] * k), "meta_info": meta}
+                self.wfile.write(("data: %s\n\n" % json.dumps(chunk)).encode())
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+
         def do_POST(self):
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
@@ -174,10 +193,14 @@ def make_handler(state):
             if not state.ready() or state.fault == "unhealthy":
                 return self.send(503, {"error": "not ready"})
             n = int(body.get("max_tokens") or (body.get("sampling_params") or {}).get("max_new_tokens") or 16)
+            # speculative decoding makes decode faster: the report's 2.15x at concurrency 1
+            delay = TOKEN_DELAY / (SPEC_SPEEDUP if state.args.get("speculative_algorithm") else 1.0)
             with state.lock:
                 state.running += 1
             try:
-                time.sleep(n * TOKEN_DELAY)
+                if body.get("stream") and self.path.startswith("/generate"):
+                    return self.stream(n, delay)
+                time.sleep(n * delay)
             finally:
                 with state.lock:
                     state.running -= 1

@@ -179,6 +179,30 @@ def test_removed_flag_is_refused(host):
     assert r.returncode != 0 and "argparse would call it ambiguous" in r.text, r.text
 
 
+def test_bench_measures_baseline_and_speculative_and_restores(host, tmp_path, monkeypatch):
+    if name(host) != "svc-b300":
+        pytest.skip("driven once, from svc-b300")
+    before = current(host, "main")
+    monkeypatch.setenv("DDTREE_REPORT_DIR", str(tmp_path))
+    r = playbook("playbooks/bench.yml", "-e", json.dumps({"ddtree_bench_concurrency": [1, 4], "ddtree_bench_num_prompts": 4,
+                                                          "ddtree_bench_input_len": 16, "ddtree_bench_output_len": 48}),
+                 limit="svc-b300")
+    assert r.returncode == 0, r.text
+    row = json.loads((tmp_path / "bench.json").read_text())["hosts"]["svc-b300"]
+    assert [lv["concurrency"] for lv in row["levels"]] == [1, 4] and row["algorithm"] == "DFLASH"
+    for lv in row["levels"]:
+        assert lv["baseline_tok_s"] > 0 and lv["speculative_tok_s"] > lv["baseline_tok_s"]
+        assert lv["accept_length"] == 3.4 and lv["ttft_ms"] > 0
+    assert row["levels"][0]["speedup"] > 1.5  # the stand-in decodes 2.15x faster with a speculative algorithm
+    assert all(m["output_tokens"] == 4 * 48 for m in row["modes"]["none"])
+    assert current(host, "main") == before  # the configured release serves again
+    assert json.loads(http(host, 30000, "/server_info")[1])["speculative_algorithm"] == "DFLASH"
+    rep = playbook("playbooks/report.yml", limit=None)
+    assert rep.returncode == 0, rep.text
+    md = (tmp_path / "fleet.md").read_text()
+    assert "| svc-b300 | b300 | DFLASH | 1 |" in md
+
+
 def test_second_run_and_check_mode_change_nothing(host):
     if name(host) != "svc-b300":
         pytest.skip("the whole fleet, once")
