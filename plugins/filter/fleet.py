@@ -159,6 +159,29 @@ def cuda_toolkit_problems(version, compute_caps, driver_cuda="", floor=""):
     return nvidia_mu.toolkit_problems(version, compute_caps, driver_cuda or None, floor or None)
 
 
+def bench_levels(modes):
+    """Baseline and speculative figures side by side per concurrency (playbooks/bench.yml)."""
+    out = []
+    for b, s in zip(modes.get("none") or [], modes.get("speculative") or []):
+        out.append({"concurrency": b["concurrency"], "baseline_tok_s": b["output_tok_per_s"],
+                    "speculative_tok_s": s["output_tok_per_s"],
+                    "speedup": round(s["output_tok_per_s"] / b["output_tok_per_s"], 2) if b["output_tok_per_s"] else None,
+                    "accept_length": s.get("accept_length"), "ttft_ms": s.get("ttft_ms_mean"),
+                    "baseline_ttft_ms": b.get("ttft_ms_mean")})
+    return out
+
+
+def worker_urls(hostvars_list):
+    """http://<address>:<port> of every instance of the given hosts (ddtree_service_instances)."""
+    out = []
+    for hv in hostvars_list:
+        addr = hv.get("ansible_host") or hv.get("inventory_hostname")
+        for inst in hv.get("ddtree_service_instances") or [{"port": 30000}]:
+            out.append("http://%s:%s" % (addr, inst.get("port", 30000)))
+    return out
+
+
 class FilterModule:
     def filters(self):
-        return {"gpu_preflight": gpu_preflight, "fleet_rows": fleet_rows, "cuda_toolkit_problems": cuda_toolkit_problems}
+        return {"gpu_preflight": gpu_preflight, "fleet_rows": fleet_rows, "cuda_toolkit_problems": cuda_toolkit_problems,
+                "bench_levels": bench_levels, "worker_urls": worker_urls}

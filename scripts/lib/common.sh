@@ -133,6 +133,23 @@ ensure_cuda_wheelhouse() { # the CUDA component wheels of tests/cuda/requirement
   export DDTREE_CUDA_WHEELHOUSE=$dir
 }
 
+ensure_router_wheelhouse() { # sglang-router and its dependencies (tests/router/requirements.txt, ~36 MB)
+  local req=$DDTREE_ROOT/tests/router/requirements.txt key dir
+  key=$(hash_files "$req")
+  dir=$DDTREE_CACHE/router-wheelhouse-$key
+  if [ ! -e "$dir/.complete" ]; then
+    log "router wheelhouse: downloading tests/router/requirements.txt (cp311, manylinux)"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    pip download -q --no-deps --only-binary=:all: --python-version 3.11 --implementation cp \
+      --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+      --platform manylinux2014_x86_64 -r "$req" -d "$dir" >"$dir.log" 2>&1 \
+      || { grep -v 'is ignored' "$dir.log" | tail -20 >&2; die "router wheelhouse download failed"; }
+    touch "$dir/.complete"
+  fi
+  export DDTREE_ROUTER_WHEELHOUSE=$dir
+}
+
 bootstrap() {
   require_root
   mkdir -p "$DDTREE_WORK" "$ANSIBLE_HOME" "$XDG_CACHE_HOME"
@@ -142,4 +159,5 @@ bootstrap() {
   ensure_ssh_key
   ensure_wheelhouse
   ensure_cuda_wheelhouse
+  ensure_router_wheelhouse
 }
