@@ -99,55 +99,25 @@ ensure_ssh_key() {
   fi
 }
 
-# Wheels of the test serving venv (tests/venv/requirements.txt), for hosts without PyPI access.
-ensure_wheelhouse() {
-  local req=$DDTREE_ROOT/tests/venv/requirements.txt key dir
+# A wheelhouse of pinned requirements for test hosts without PyPI access, downloaded once per
+# content of the requirements file (cp311, manylinux x86_64): ensure_wheels NAME REQUIREMENTS VAR
+# sets VAR to the directory.
+ensure_wheels() {
+  local name=$1 req=$DDTREE_ROOT/$2 var=$3 key dir p platforms=()
   key=$(hash_files "$req")
-  dir=$DDTREE_CACHE/wheelhouse-$key
+  dir=$DDTREE_CACHE/$name-$key
   if [ ! -e "$dir/.complete" ]; then
-    log "wheelhouse: downloading tests/venv/requirements.txt (cp311, manylinux)"
+    log "$name: downloading $2 (cp311, manylinux)"
     rm -rf "$dir"
     mkdir -p "$dir"
-    pip download -q --no-deps --only-binary=:all: --python-version 3.11 --implementation cp \
-      --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-      --platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux_2_12_x86_64 \
-      --platform manylinux1_x86_64 --platform manylinux_2_5_x86_64 \
-      -r "$req" -d "$dir" >"$dir.log" 2>&1 || { grep -v 'is ignored' "$dir.log" | tail -20 >&2; die "wheelhouse download failed"; }
+    for p in 2_34 2_28 2_27 2_17 2014 2010 2_12 1 2_5; do
+      case $p in 2014 | 2010 | 1) platforms+=(--platform "manylinux${p}_x86_64") ;; *) platforms+=(--platform "manylinux_${p}_x86_64") ;; esac
+    done
+    pip download -q --no-deps --only-binary=:all: --python-version 3.11 --implementation cp "${platforms[@]}" \
+      -r "$req" -d "$dir" >"$dir.log" 2>&1 || { grep -v 'is ignored' "$dir.log" | tail -20 >&2; die "$name download failed"; }
     touch "$dir/.complete"
   fi
-  export DDTREE_WHEELHOUSE=$dir
-}
-
-ensure_cuda_wheelhouse() { # the CUDA component wheels of tests/cuda/requirements.txt (~165 MB)
-  local req=$DDTREE_ROOT/tests/cuda/requirements.txt key dir
-  key=$(hash_files "$req")
-  dir=$DDTREE_CACHE/cuda-wheelhouse-$key
-  if [ ! -e "$dir/.complete" ]; then
-    log "CUDA wheelhouse: downloading tests/cuda/requirements.txt (~165 MB)"
-    rm -rf "$dir"
-    mkdir -p "$dir"
-    pip download -q --no-deps --only-binary=:all: -r "$req" -d "$dir" >"$dir.log" 2>&1 \
-      || { grep -v 'is ignored' "$dir.log" | tail -20 >&2; die "CUDA wheelhouse download failed"; }
-    touch "$dir/.complete"
-  fi
-  export DDTREE_CUDA_WHEELHOUSE=$dir
-}
-
-ensure_router_wheelhouse() { # sglang-router and its dependencies (tests/router/requirements.txt, ~36 MB)
-  local req=$DDTREE_ROOT/tests/router/requirements.txt key dir
-  key=$(hash_files "$req")
-  dir=$DDTREE_CACHE/router-wheelhouse-$key
-  if [ ! -e "$dir/.complete" ]; then
-    log "router wheelhouse: downloading tests/router/requirements.txt (cp311, manylinux)"
-    rm -rf "$dir"
-    mkdir -p "$dir"
-    pip download -q --no-deps --only-binary=:all: --python-version 3.11 --implementation cp \
-      --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-      --platform manylinux2014_x86_64 -r "$req" -d "$dir" >"$dir.log" 2>&1 \
-      || { grep -v 'is ignored' "$dir.log" | tail -20 >&2; die "router wheelhouse download failed"; }
-    touch "$dir/.complete"
-  fi
-  export DDTREE_ROUTER_WHEELHOUSE=$dir
+  export "$var=$dir"
 }
 
 bootstrap() {
@@ -157,7 +127,7 @@ bootstrap() {
   ensure_venv
   ensure_image
   ensure_ssh_key
-  ensure_wheelhouse
-  ensure_cuda_wheelhouse
-  ensure_router_wheelhouse
+  ensure_wheels wheelhouse tests/venv/requirements.txt DDTREE_WHEELHOUSE              # the test serving venv
+  ensure_wheels cuda-wheelhouse tests/cuda/requirements.txt DDTREE_CUDA_WHEELHOUSE     # CUDA 13.0 (~165 MB)
+  ensure_wheels router-wheelhouse tests/router/requirements.txt DDTREE_ROUTER_WHEELHOUSE # sglang-router (~36 MB)
 }
