@@ -6,7 +6,7 @@ facts   GPU facts, profiles, preflight and the fleet report (playbooks/facts.yml
 deploy  the whole stack, stage by stage (site.yml)
 rollout canary and batches behind the router (playbooks/rollout.yml)
 bench   baseline vs speculative per host (playbooks/bench.yml)
-report  the fleet report only (playbooks/facts.yml: facts are what it reports)
+report  the fleet report only: facts, and each GPU host's live release and health (playbooks/facts.yml)
 
 Exit codes: 0 success, 2 a host failed, 3 a host was unreachable, 4 usage or runner error.
 Reports (fleet.md, fleet.json, bench.json) go to $DDTREE_REPORT_DIR, else ./reports.
@@ -28,29 +28,58 @@ def project_dir():
 
 
 class Progress:
-    """Turns runner events into one line per task and per failure, and counts per host."""
+    """Turns runner events into a live display: one line per play, one line per task when it ends
+    (hosts ok / changed / failed / skipped and its seconds), failures and unreachable hosts the
+    moment they happen, and retries (health gates, downloads) as they go."""
+
+    KINDS = {"runner_on_ok": "ok", "runner_on_failed": "failed", "runner_on_skipped": "skipped",
+             "runner_on_unreachable": "unreachable"}
 
     def __init__(self, out):
         self.out, self.start, self.failures = out, time.time(), []
+        self.task, self.task_start, self.counts = None, 0.0, {}
+        self.plays = 0
 
     def line(self, text):
         self.out.write("[%6.1fs] %s\n" % (time.time() - self.start, text))
         self.out.flush()
 
+    def end_task(self):
+        if self.task is None:
+            return
+        c = self.counts
+        parts = ["%s %d" % (k, c[k]) for k in ("ok", "changed", "failed", "skipped", "unreachable") if c.get(k)]
+        self.line("  %-60s %s (%.1fs)" % (self.task[:60], ", ".join(parts) or "no hosts", time.time() - self.task_start))
+        self.task = None
+
     def __call__(self, event):
         kind, data = event.get("event"), event.get("event_data") or {}
         if kind == "playbook_on_play_start":
-            self.line("PLAY %s" % data.get("play", ""))
+            self.end_task()
+            self.plays += 1
+            self.line("PLAY %d: %s" % (self.plays, data.get("play", "")))
         elif kind == "playbook_on_task_start":
-            self.line("  %s" % data.get("task", ""))
-        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
-            msg = ((data.get("res") or {}).get("msg") or "").strip().splitlines()
-            self.failures.append((data.get("host"), msg[0] if msg else ""))
-            self.line("    FAILED %s: %s" % (data.get("host"), " | ".join(msg[:3])))
-        elif kind == "runner_on_unreachable":
-            self.line("    UNREACHABLE %s" % data.get("host"))
-        elif kind == "runner_on_ok" and (data.get("res") or {}).get("changed"):
-            self.line("    changed %s" % data.get("host"))
+            self.end_task()
+            self.task, self.task_start, self.counts = data.get("task", ""), time.time(), {}
+        elif kind in self.KINDS:
+            res = data.get("res") or {}
+            state = self.KINDS[kind]
+            if kind == "runner_on_failed" and data.get("ignore_errors"):
+                state = "ok"
+            self.counts[state] = self.counts.get(state, 0) + 1
+            if state == "ok" and res.get("changed"):
+                self.counts["changed"] = self.counts.get("changed", 0) + 1
+            if state == "failed":
+                msg = (res.get("msg") or "").strip().splitlines()
+                self.failures.append((data.get("host"), msg[0] if msg else ""))
+                self.line("    FAILED %s: %s" % (data.get("host"), " | ".join(msg[:3])))
+            elif state == "unreachable":
+                self.line("    UNREACHABLE %s: %s" % (data.get("host"), (res.get("msg") or "").strip()[:200]))
+        elif kind == "runner_retry":
+            self.line("    waiting on %s (attempt %s of %s)" % (data.get("host"), (data.get("res") or {}).get("attempts", "?"),
+                                                              (data.get("res") or {}).get("retries", "?")))
+        elif kind == "playbook_on_stats":
+            self.end_task()
         return True
 
 

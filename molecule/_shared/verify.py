@@ -20,6 +20,8 @@ def playbook(path, *extra, limit="all"):
     callback wraps long messages)."""
     argv = ["ansible-playbook", "-i", INVENTORY] + (["--limit", limit] if limit else []) + [str(PROJECT / path), *extra]
     env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"))
+    # reports (fleet.md, bench.json) go with the scenario, not into the checkout
+    env.setdefault("DDTREE_REPORT_DIR", str(Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"))
     p = subprocess.run(argv, cwd=PROJECT, env=env, capture_output=True, text=True, check=False)
     p.text = " ".join(p.stdout.split())
     return p

@@ -14,7 +14,9 @@ version_added: "0.1.0"
 description:
   - Returns the list of preflight failures of one host, each naming the host, the value found,
     what the profile needs and the fix. An empty list means the host passes.
-  - This file also holds the C(fleet_rows) filter, which turns hostvars into the fleet report's rows.
+  - This file also holds the C(fleet_rows) filter, which turns hostvars into the fleet report's rows, and
+    the rollout's C(bench_gate) (measured vs recorded figures) and C(rollout_changed) (which releases a
+    deploy changed), C(bench_levels) and C(worker_urls).
 positional: nvidia, profile
 options:
   _input:
@@ -62,6 +64,8 @@ _value:
   type: list
   elements: str
 """
+
+import os
 
 from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia as nvidia_mu
 
@@ -171,6 +175,35 @@ def bench_levels(modes):
     return out
 
 
+def bench_gate(results, recorded, tolerance=0.1):
+    """Why measured figures (sglang_bench results) fail against a host's recorded bench row
+    (playbooks/bench.yml): the speculative output tok/s at each concurrency may be at most
+    `tolerance` (a fraction) below the recorded one. An empty list: the gate passes."""
+    levels = {int(l["concurrency"]): l for l in (recorded or {}).get("levels") or []}
+    problems = []
+    for r in results or []:
+        c = int(r["concurrency"])
+        rec = levels.get(c)
+        if rec is None:
+            problems.append("no recorded figure at concurrency %d (recorded: %s); run playbooks/bench.yml with that "
+                            "concurrency in ddtree_bench_concurrency" % (c, sorted(levels) or "none"))
+            continue
+        floor = float(rec["speculative_tok_s"]) * (1.0 - float(tolerance))
+        if float(r["output_tok_per_s"]) < floor:
+            problems.append("concurrency %d: %.1f tok/s, recorded %.1f tok/s for release %s (at most %d%% below, so >= %.1f)"
+                            % (c, float(r["output_tok_per_s"]), float(rec["speculative_tok_s"]),
+                               (recorded or {}).get("release", "?"), round(float(tolerance) * 100), floor))
+    return problems
+
+
+def rollout_changed(instances, before, status):
+    """The instances whose current release a deploy changed: `before` is the results of a stat loop over
+    instance names (item) on <root>/<instance>/current, `status` is ddtree_service_status after it."""
+    was = {r.get("item"): os.path.basename((r.get("stat") or {}).get("lnk_source") or "") for r in before or []}
+    now = dict((s.get("name"), s.get("release")) for s in status or [])
+    return [i for i in instances or [] if i.get("name") in was and now.get(i.get("name")) and now[i["name"]] != was[i["name"]]]
+
+
 def worker_urls(hostvars_list):
     """http://<address>:<port> of every instance of the given hosts (ddtree_service_instances)."""
     out = []
@@ -184,4 +217,5 @@ def worker_urls(hostvars_list):
 class FilterModule:
     def filters(self):
         return {"gpu_preflight": gpu_preflight, "fleet_rows": fleet_rows, "cuda_toolkit_problems": cuda_toolkit_problems,
-                "bench_levels": bench_levels, "worker_urls": worker_urls}
+                "bench_levels": bench_levels, "worker_urls": worker_urls, "bench_gate": bench_gate,
+                "rollout_changed": rollout_changed}

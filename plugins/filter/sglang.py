@@ -19,7 +19,8 @@ description:
     adds C(--speculative-ddtree-budget) and C(--disable-overlap-schedule) (DDTree has no overlap path).
   - The API key is never part of it; the service passes it in a credential file.
   - This file also holds C(sglang_server_expect) (the server_info values the health gate compares),
-    C(sglang_algorithm) and C(sglang_instances) (everything the service role renders per instance).
+    C(sglang_algorithm), C(sglang_instances) (everything the service role renders per instance) and
+    C(sglang_status) (ddtree_service_status rows from the role's status reads).
 positional: model_path
 options:
   _input:
@@ -75,6 +76,9 @@ _value:
   type: list
   elements: str
 """
+
+import base64
+import json
 
 from ansible.errors import AnsibleFilterError
 
@@ -241,7 +245,22 @@ def sglang_instances(instances, settings):
     return out
 
 
+def sglang_status(results):
+    """ddtree_service_status rows from the status state's sglang_health loop, whose items are the slurped
+    release.json of each instance (whose items are the stat of it, whose items are the instances)."""
+    rows = []
+    for r in results or []:
+        slurped = r["item"]
+        inst = slurped["item"]["item"]
+        rel = json.loads(base64.b64decode(slurped["content"]).decode())
+        argv = rel.get("argv") or []
+        algo = argv[argv.index("--speculative-algorithm") + 1] if "--speculative-algorithm" in argv[:-1] else "none"
+        rows.append({"name": inst["name"], "port": inst["port"], "gpus": inst.get("gpus") or [], "release": rel.get("id"),
+                     "algorithm": algo, "healthy": bool(r.get("healthy"))})
+    return rows
+
+
 class FilterModule:
     def filters(self):
         return {"sglang_argv": sglang_argv, "sglang_server_expect": sglang_server_expect,
-                "sglang_algorithm": sglang_algorithm, "sglang_instances": sglang_instances}
+                "sglang_algorithm": sglang_algorithm, "sglang_instances": sglang_instances, "sglang_status": sglang_status}

@@ -20,7 +20,9 @@ def test_facts_job_reports_progress_and_writes_the_report(tmp_path, monkeypatch)
     rc = cli.main(["facts", "-i", str(inv)], out=out)
     text = out.getvalue()
     assert rc == 0, text
-    assert "PLAY Facts - GPUs, family groups, serving profile, preflight" in text and "Read the GPUs" in text
+    assert "PLAY 1: Facts - GPUs, family groups, serving profile, preflight" in text
+    # a line per task as it ends, with its host counts
+    assert any("Read the GPUs" in ln and "ok 1" in ln for ln in text.splitlines()), text
     assert "localhost" in text and "failed=0" in text
     rows = json.loads((tmp_path / "reports" / "fleet.json").read_text())["hosts"]
     assert [r["host"] for r in rows] == ["localhost"]

@@ -1,6 +1,7 @@
 """Verify cuda_toolkit: a real CUDA 13.0 from NVIDIA's wheels compiles for sm_103 and sm_120 and
 the JIT headers are usable; preinstalled mode, the refusals and the apt method's files are
 driven through ansible-playbook."""
+import json
 import sys
 from pathlib import Path
 
@@ -46,6 +47,11 @@ def test_environment_for_shells_and_ptxas(host):
     assert "export CUDA_HOME=/opt/cuda-13.0" in env
     assert ("TRITON_PTXAS_PATH=/opt/cuda-13.0/bin/ptxas" in env) == (name(host) == "cuda-b300")  # sm_103 only
     assert "release 13.0" in host.check_output("bash -lc 'nvcc --version'")
+    # plays that do not run the role (rollout, bench) read the same environment from the local fact
+    fact = json.loads(host.file("/etc/ansible/facts.d/ddtree_cuda_toolkit.fact").content_string)
+    assert fact["home"] == HOME and fact["env"]["CUDA_HOME"] == HOME and fact["version"] == "13.0"
+    assert ("TRITON_PTXAS_PATH" in fact["env"]) == (name(host) == "cuda-b300")
+    assert fact["archs_ok"] == [ARCH[name(host)]], fact
 
 
 def test_preinstalled_verifies_that_prefix_without_changes(host):

@@ -103,3 +103,36 @@ def test_fleet_rows():
         "NVIDIA B300 SXM6 AC x 8", "b300", "nvlink", 18, "b300", "tp8 ep1 dp1")
     assert b["groups"] == ["gpu_b300", "gpu_hosts", "gpu_sm_103"]
     assert (s["gpus"], s["family"], s["interconnect"], s["profile"]) == ("none", None, None, None)
+
+
+RECORDED = {"release": "r-old", "levels": [
+    {"concurrency": 1, "baseline_tok_s": 141.0, "speculative_tok_s": 303.0},
+    {"concurrency": 128, "baseline_tok_s": 2200.0, "speculative_tok_s": 4723.0}]}
+
+
+def test_bench_gate_passes_within_tolerance():
+    assert fleet.bench_gate([{"concurrency": 1, "output_tok_per_s": 280.0}], RECORDED, 0.1) == []
+    assert fleet.bench_gate([{"concurrency": 128, "output_tok_per_s": 5000.0}], RECORDED, 0.1) == []
+
+
+def test_bench_gate_refuses_a_slower_release_and_says_by_how_much():
+    # the autoregressive speed where speculative decoding was recorded: 2.15x slower
+    p = fleet.bench_gate([{"concurrency": 1, "output_tok_per_s": 141.0}], RECORDED, 0.1)
+    assert len(p) == 1 and "141.0 tok/s" in p[0] and "303.0" in p[0] and "r-old" in p[0] and ">= 272.7" in p[0]
+
+
+def test_bench_gate_needs_a_recorded_figure_at_that_concurrency():
+    p = fleet.bench_gate([{"concurrency": 16, "output_tok_per_s": 900.0}], RECORDED, 0.1)
+    assert len(p) == 1 and "no recorded figure at concurrency 16" in p[0] and "[1, 128]" in p[0]
+    assert "no recorded figure" in fleet.bench_gate([{"concurrency": 1, "output_tok_per_s": 1.0}], {}, 0.1)[0]
+
+
+def test_rollout_changed_names_only_instances_whose_release_moved():
+    inst = [{"name": "main", "port": 30000}, {"name": "b", "port": 30001}, {"name": "c", "port": 30002}]
+    before = [{"item": "main", "stat": {"exists": True, "lnk_source": "/opt/ddtree/service/main/releases/aaa"}},
+              {"item": "b", "stat": {"exists": True, "lnk_source": "/opt/ddtree/service/b/releases/bbb"}},
+              {"item": "c", "stat": {"exists": False}}]
+    status = [{"name": "main", "release": "aaa2"}, {"name": "b", "release": "bbb"}, {"name": "c", "release": "ccc"}]
+    # main moved; b did not; c had no release before (a first deploy: nothing to roll back to, but it moved)
+    assert [i["name"] for i in fleet.rollout_changed(inst, before, status)] == ["main", "c"]
+    assert fleet.rollout_changed(inst, [], status) == []

@@ -115,3 +115,19 @@ def test_vision_warmup_skip_uses_the_patch_or_skips_all_warmup():
     without = f.sglang_instances(inst, settings())[0]
     assert with_patch["env"]["SGLANG_SKIP_VLM_WARMUP"] == "1" and "--skip-server-warmup" not in with_patch["argv"]
     assert "SGLANG_SKIP_VLM_WARMUP" not in without["env"] and "--skip-server-warmup" in without["argv"]
+
+
+def test_sglang_status_rows_from_the_status_reads():
+    import base64
+    import json as _json
+
+    def slurped(name, port, argv, rid):
+        rel = {"id": rid, "argv": argv}
+        return {"content": base64.b64encode(_json.dumps(rel).encode()).decode(),
+                "item": {"item": {"name": name, "port": port, "gpus": [0, 1]}, "stat": {"exists": True}}}
+    results = [{"healthy": True, "item": slurped("main", 30000, ["--tp-size", "8", "--speculative-algorithm", "DFLASH"], "abc")},
+               {"healthy": False, "item": slurped("b", 30001, ["--tp-size", "8"], "def")}]
+    rows = f.sglang_status(results)
+    assert rows == [{"name": "main", "port": 30000, "gpus": [0, 1], "release": "abc", "algorithm": "DFLASH", "healthy": True},
+                    {"name": "b", "port": 30001, "gpus": [0, 1], "release": "def", "algorithm": "none", "healthy": False}]
+    assert f.sglang_status([]) == []

@@ -1,0 +1,151 @@
+"""Verify the fleet after site.yml (converge + idempotence) and a rollout behind the real
+sglang-router: every GPU host serves its family's release behind the router; then a changed
+profile rolls out with one host made to fail its health gate (rolled back, kept out of the
+router, later hosts untouched, a watcher sees at least N - 1 workers the whole time); then, the
+fault fixed, the same rollout again only cycles the hosts that still need the change."""
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
+from verify import other, playbook  # noqa: E402
+
+testinfra_hosts = ["ansible://fl-router"]
+GPU = ["fl-b300-1", "fl-b300-2", "fl-rtx-1"]
+CHANGE = {"nvidia_facts_profile_overrides": {"min_ram_gib": 1, "max_running_requests": 100},
+          "ddtree_rollout_batch": 1, "ddtree_service_health_timeout": 20}
+
+
+def url_of(name):
+    return "http://%s:30000" % other(name).ansible.get_variables()["ansible_host"]
+
+
+def workers(router):
+    return json.loads(router.check_output("curl -sf http://127.0.0.1:30080/workers"))["workers"]
+
+
+def release(name):
+    return other(name).check_output("basename $(readlink -f /opt/ddtree/service/main/current)")
+
+
+def info(name):
+    return json.loads(other(name).check_output("curl -sf http://127.0.0.1:30000/server_info"))
+
+
+def restarts(name):
+    """How often the instance's server process has started (systemd's NRestarts does not count
+    restarts that Ansible asks for; the main PID's start time does)."""
+    return other(name).check_output("systemctl show -P ExecMainStartTimestampMonotonic ddtree-sglang@main.service")
+
+
+def rollout(router, extra):
+    samples, stop = [], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            samples.append(len(workers(router)))
+            time.sleep(0.3)
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        r = playbook("playbooks/rollout.yml", "-e", json.dumps(extra))
+    finally:
+        stop.set()
+        watcher.join()
+    return r, samples
+
+
+def test_site_serves_every_family_behind_the_router(host):
+    assert host.service("ddtree-sglang-router.service").is_running
+    assert sorted(w["url"] for w in workers(host)) == sorted(url_of(n) for n in GPU)
+    out = host.check_output("curl -sf -X POST http://127.0.0.1:30080/generate -H 'Content-Type: application/json' "
+                            "-d '{\"text\": \"hi\", \"sampling_params\": {\"max_new_tokens\": 4}}'")
+    assert json.loads(out)["text"] == "tok tok tok tok"
+    for n in GPU:
+        h = other(n)
+        # every stage left its effect: toolkit, venv, verified models, patch stamp, the release
+        assert h.file("/opt/ddtree/models/target/.ddtree-manifest.json").exists
+        assert h.file("/opt/ddtree/models/drafter/.ddtree-manifest.json").exists
+        assert h.file("/opt/ddtree/venvs/sglang-0.5.23-test/.ddtree/sglang-patch.json").exists
+        assert h.service("ddtree-sglang@main.service").is_running
+        srv = info(n)
+        assert srv["max_running_requests"] == 128
+        # the family's profile: TP8 on NVLink (B300); expert parallel over PCIe (RTX PRO 6000)
+        assert int(srv["tp_size"]) == 8 and int(srv.get("ep_size", 1)) == (1 if n.startswith("fl-b300") else 8), srv
+    report = json.loads(Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "reports", "fleet.json").read_text())
+    rows = {r["host"]: r for r in report["hosts"]}
+    assert rows["fl-b300-1"]["family"] == "b300" and rows["fl-rtx-1"]["family"] == "rtx_pro_6000"
+    assert all(rows[n]["service"][0]["healthy"] for n in GPU)
+
+
+def test_report_alone_reads_what_each_host_serves(host):
+    """playbooks/facts.yml (ddtree-fleet report) deploys nothing but reads each release and its health."""
+    fleet_json = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "reports", "fleet.json")
+    fleet_json.unlink()
+    other("fl-rtx-1").run_test("systemctl stop ddtree-sglang@main.service")
+    try:
+        r = playbook("playbooks/facts.yml", limit=None)
+        assert r.returncode == 0 and "changed=0" in r.text and "changed=1" not in r.text, r.text
+        rows = {x["host"]: x for x in json.loads(fleet_json.read_text())["hosts"]}
+        for n in GPU:
+            svc = rows[n]["service"][0]
+            assert svc["release"] == release(n) and svc["algorithm"] == "DFLASH", svc
+            assert svc["healthy"] is (n != "fl-rtx-1"), svc
+    finally:
+        other("fl-rtx-1").run_test("systemctl start ddtree-sglang@main.service")
+    assert "UNHEALTHY" in Path(fleet_json.parent, "fleet.md").read_text()
+
+
+def test_bench_gate_refuses_a_slower_release(host):
+    """bench.yml records the host's figures; a rollout that would serve autoregressively passes its
+    health gate but not its bench gate: rolled back and kept out; rolled again without the change,
+    the host has nothing to deploy and only rejoins the router."""
+    before = release("fl-rtx-1")
+    r = playbook("playbooks/bench.yml", "-e", json.dumps({
+        "ddtree_bench_concurrency": [1], "ddtree_bench_num_prompts": 4, "ddtree_bench_input_len": 16,
+        "ddtree_bench_output_len": 32}), limit="fl-rtx-1")
+    assert r.returncode == 0, r.text
+    recorded = json.loads(other("fl-rtx-1").file("/var/lib/ddtree/bench.json").content_string)
+    assert recorded["levels"][0]["concurrency"] == 1 and recorded["levels"][0]["speedup"] > 1.5, recorded
+    assert release("fl-rtx-1") == before  # bench.yml puts the configured release back
+    gate = {"ddtree_rollout_bench_gate": True, "ddtree_rollout_bench_num_prompts": 4,
+            "ddtree_rollout_bench_input_len": 16, "ddtree_rollout_bench_output_len": 32}
+    r = playbook("playbooks/rollout.yml", "-e", json.dumps(dict(gate, ddtree_service_algorithm="none")), limit="fl-rtx-1")
+    assert r.returncode != 0 and "failed its bench gate" in r.text and "stays out of the router" in r.text, r.text
+    assert release("fl-rtx-1") == before and info("fl-rtx-1").get("speculative_algorithm")
+    assert url_of("fl-rtx-1") not in [w["url"] for w in workers(host)]
+    r = playbook("playbooks/rollout.yml", "-e", json.dumps(gate), limit="fl-rtx-1")
+    assert r.returncode == 0, r.text
+    assert release("fl-rtx-1") == before
+    assert sorted(w["url"] for w in workers(host)) == sorted(url_of(n) for n in GPU)
+
+
+def test_rollout_with_a_failing_host(host):
+    before = {n: release(n) for n in GPU}
+    other("fl-b300-2").run_test("mkdir -p /etc/ddtree-sglang-double && echo '%s' > /etc/ddtree-sglang-double/faults.json"
+                                % json.dumps([{"match": "--max-running-requests 100", "mode": "unhealthy"}]))
+    r, samples = rollout(host, CHANGE)
+    assert r.returncode != 0 and "fl-b300-2" in r.text and "failed its health gate" in r.text, r.text
+    # canary: updated, serving the new settings, back in the router
+    assert release("fl-b300-1") != before["fl-b300-1"] and info("fl-b300-1")["max_running_requests"] == 100
+    # the failing host: its previous release restored and healthy, but kept out of the router
+    assert release("fl-b300-2") == before["fl-b300-2"] and info("fl-b300-2")["max_running_requests"] == 128
+    # after the failure: untouched
+    assert release("fl-rtx-1") == before["fl-rtx-1"] and info("fl-rtx-1")["max_running_requests"] == 128
+    assert sorted(w["url"] for w in workers(host)) == sorted([url_of("fl-b300-1"), url_of("fl-rtx-1")])
+    assert samples and min(samples) >= len(GPU) - 1, samples  # capacity never below N - batch
+
+
+def test_rollout_again_after_the_fix_cycles_only_what_changes(host):
+    other("fl-b300-2").run_test("rm -f /etc/ddtree-sglang-double/faults.json")
+    canary = (release("fl-b300-1"), restarts("fl-b300-1"))
+    r, samples = rollout(host, CHANGE)
+    assert r.returncode == 0, r.text
+    # the canary already had the change: not drained, not restarted
+    assert (release("fl-b300-1"), restarts("fl-b300-1")) == canary
+    assert all(info(n)["max_running_requests"] == 100 for n in GPU)
+    assert sorted(w["url"] for w in workers(host)) == sorted(url_of(n) for n in GPU)
+    assert samples and min(samples) >= len(GPU) - 2, samples  # fl-b300-2 was already out
