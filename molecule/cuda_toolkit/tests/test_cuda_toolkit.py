@@ -2,6 +2,7 @@
 the JIT headers are usable; preinstalled mode, the refusals and the apt method's files are
 driven through ansible-playbook."""
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -52,6 +53,18 @@ def test_environment_for_shells_and_ptxas(host):
     assert fact["home"] == HOME and fact["env"]["CUDA_HOME"] == HOME and fact["version"] == "13.0"
     assert ("TRITON_PTXAS_PATH" in fact["env"]) == (name(host) == "cuda-b300")
     assert fact["archs_ok"] == [ARCH[name(host)]], fact
+
+
+def test_probe_runs_once_per_toolkit_on_record(host):
+    """A run with nothing new does not compile again; without a passing probe on record it does."""
+    fact = "/etc/ansible/facts.d/ddtree_cuda_toolkit.fact"
+    r = playbook(CONVERGE, limit=name(host))
+    assert r.returncode == 0 and "changed=0" in r.text, r.text
+    assert re.search(r"check the JIT headers\] \*+ skipping", r.text), r.text
+    host.run_test("rm -f " + fact)
+    r = playbook(CONVERGE, limit=name(host))
+    assert r.returncode == 0 and re.search(r"check the JIT headers\] \*+ ok: \[%s\]" % name(host), r.text), r.text
+    assert json.loads(host.file(fact).content_string)["archs_ok"] == [ARCH[name(host)]]
 
 
 def test_preinstalled_verifies_that_prefix_without_changes(host):
