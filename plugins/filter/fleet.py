@@ -16,7 +16,7 @@ description:
     what the profile needs and the fix. An empty list means the host passes.
   - This file also holds the C(fleet_rows) filter, which turns hostvars into the fleet report's rows, and
     the rollout's C(bench_gate) (measured vs recorded figures) and C(rollout_changed) (which releases a
-    deploy changed), C(bench_levels) and C(worker_urls).
+    deploy changed), C(bench_levels), C(worker_urls) and C(missing_packages) (apt only when dpkg lacks one).
 positional: nvidia, profile
 options:
   _input:
@@ -204,6 +204,13 @@ def rollout_changed(instances, before, status):
     return [i for i in instances or [] if i.get("name") in was and now.get(i.get("name")) and now[i["name"]] != was[i["name"]]]
 
 
+def missing_packages(wanted, dpkg_lines):
+    """The packages of `wanted` that dpkg does not have installed, from the lines of
+    `dpkg-query -W -f '${db:Status-Abbrev} ${Package}\\n' PKG...` ("ii  name" when installed)."""
+    installed = set(ln.split()[-1] for ln in dpkg_lines or [] if ln.startswith("ii ") and ln.split())
+    return [p for p in wanted or [] if p not in installed]
+
+
 def worker_urls(hostvars_list):
     """http://<address>:<port> of every instance of the given hosts (ddtree_service_instances)."""
     out = []
@@ -218,4 +225,4 @@ class FilterModule:
     def filters(self):
         return {"gpu_preflight": gpu_preflight, "fleet_rows": fleet_rows, "cuda_toolkit_problems": cuda_toolkit_problems,
                 "bench_levels": bench_levels, "worker_urls": worker_urls, "bench_gate": bench_gate,
-                "rollout_changed": rollout_changed}
+                "rollout_changed": rollout_changed, "missing_packages": missing_packages}
