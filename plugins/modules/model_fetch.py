@@ -260,6 +260,8 @@ class Fetch:
         with os.fdopen(fd, "w") as f:
             f.write(hub.aria2_input(entries, p["token"]))
         log = os.path.join(self.staging, ".aria2.log")
+        if os.path.exists(log):
+            os.unlink(log)  # the checks read below are this run's
         argv = ["aria2c", "--input-file", inp, "--dir", self.staging, "-x", str(p["connections"]), "-s", str(p["connections"]),
                 "-k", "1M", "-j", str(p["concurrent"]), "--continue=true", "--auto-file-renaming=false",
                 "--allow-overwrite=true", "--file-allocation=none", "--retry-wait=2",
@@ -274,6 +276,39 @@ class Fetch:
             argv, lambda: self.progress(total - sum(e["size"] for e in entries) + self.on_disk(entries), total, start, base_done))
         os.unlink(inp)
         return rc, err
+
+    def checked(self, entries):
+        """What this aria2c run's own sha-256 check (checksum= in the input file) said, from its log:
+        (files it verified, files whose content did not match). aria2c hashes each file as soon as it
+        completes, while the others still download, so these need no second hash here."""
+        ok, bad = set(), set()
+        try:
+            with open(os.path.join(self.staging, ".aria2.log"), errors="replace") as f:
+                for line in f:
+                    for marker, into in (("Verification finished successfully. file=", ok), ("Checksum error detected. file=", bad)):
+                        if marker in line:
+                            into.add(os.path.relpath(line.split(marker, 1)[1].strip(), self.staging))
+        except OSError:
+            pass
+        with_sha = {e["path"] for e in entries if e.get("sha256")}
+        return ok & with_sha - bad, bad & with_sha
+
+    def verify(self, entries):
+        """[(entry, what it hashed to)] for the complete files of entries that do not match; files aria2c
+        found corrupt lose their control file, so they count as complete (and wrong), not as unfinished."""
+        ok, corrupt = self.checked(entries)
+        bad = []
+        for e in entries:
+            path = os.path.join(self.staging, e["path"])
+            if e["path"] in corrupt:
+                if os.path.exists(path + ".aria2"):
+                    os.unlink(path + ".aria2")
+                bad.append((e, "something else (aria2c's sha-256 check failed)"))
+            elif e["path"] not in ok and not self.incomplete([e]):
+                good, got = hub.file_ok(path, e)
+                if not good:
+                    bad.append((e, got))
+        return bad
 
     def classify(self, manifest, entries):
         """Why files are missing after a failed run: ask the origin for each (status per file)."""
@@ -317,26 +352,20 @@ class Fetch:
         if p["peers"] and todo:
             # peers first; what they cannot serve (or serve wrong) comes from the origin below
             self.aria2(manifest, todo, from_peers=True)
-            for e in todo:
-                path = os.path.join(self.staging, e["path"])
-                if not self.incomplete([e]) and not hub.file_ok(path, e)[0]:
-                    os.unlink(path)
+            for e, _got in self.verify(todo):
+                os.unlink(os.path.join(self.staging, e["path"]))
             result["from_peers"] = [e["path"] for e in todo if not self.incomplete([e])]
             todo = self.incomplete(todo)
         for attempt in (1, 2):
             if not todo:
                 break
             rc, err = self.aria2(manifest, todo)
+            bad = self.verify(todo)
             incomplete = self.incomplete(todo)
             if incomplete:
                 self.m.fail_json(msg="%s: aria2c (rc %s) did not complete %d file(s): %s; completed files are kept in %s "
                                      "and the next run resumes" % (manifest["repo_id"], rc, len(incomplete),
                                                                    "; ".join(self.classify(manifest, incomplete)), self.staging), **result)
-            bad = []
-            for e in todo:
-                ok, got = hub.file_ok(os.path.join(self.staging, e["path"]), e)
-                if not ok:
-                    bad.append((e, got))
             if bad and attempt == 2:
                 self.m.fail_json(msg="%s: checksum mismatch after fetching again: %s" % (manifest["repo_id"], "; ".join(
                     "%s is %s, the hub says %s" % (e["path"], got, e.get("sha256") or e.get("sha1")) for e, got in bad)), **result)

@@ -111,6 +111,20 @@ def test_corrupt_file_is_fetched_again_then_named(run_module, hub, tmp_path):
     assert not (tmp_path / "c").exists()
 
 
+def test_corrupt_shard_caught_by_aria2c_is_fetched_again_then_named(run_module, hub, tmp_path):
+    start, src = hub
+    shard = sorted(p.name for p in src.glob("*.safetensors"))[1]
+    url, log = start("--corrupt", REPO + "/" + shard)
+    r = run_module("model_fetch", repo_id=REPO, endpoint=url, dest=str(tmp_path / "c"), margin_gib=0)
+    assert r["failed"] and "checksum mismatch after fetching again" in r["msg"], r["msg"]
+    assert "%s is something else (aria2c's sha-256 check failed), the hub says %s" % (shard, sha256(src / shard)) in r["msg"]
+    assert "did not complete" not in r["msg"]
+    sent = sum(json.loads(ln)["bytes"] for ln in log.read_text().splitlines() if json.loads(ln)["path"] == shard)
+    size = (src / shard).stat().st_size
+    assert 2 * size <= sent < 3 * size  # fetched once more, not more
+    assert not (tmp_path / "c").exists()  # nothing published
+
+
 def test_not_enough_space_fails_before_download(run_module, hub, tmp_path):
     start, _src = hub
     url, log = start()
