@@ -19,6 +19,8 @@ __metaclass__ = type
 import ast
 import difflib
 import glob
+import hashlib
+import json
 import os
 import re
 
@@ -282,6 +284,52 @@ def read_contract(site_packages):
         for n in opt["names"]:
             options[n] = opt
     return {"version": version, "options": options, "speculative_algorithms": _algorithms(pkg)}
+
+
+def fingerprint(site_packages):
+    """What the contract depends on, cheaply: every .py file of the package with its size and mtime, and
+    the version record. A patch, an upgrade or a reinstall changes it; nothing is read but the directory."""
+    h = hashlib.sha256()
+    stack = [os.path.join(site_packages, "sglang")]
+    while stack:
+        d = stack.pop()
+        for e in sorted(os.scandir(d), key=lambda e: e.name):
+            if e.is_dir(follow_symlinks=False):
+                stack.append(e.path)
+            elif e.name.endswith(".py"):
+                st = e.stat(follow_symlinks=False)
+                h.update(("%s %d %d\n" % (e.path, st.st_size, st.st_mtime_ns)).encode("utf-8", "surrogateescape"))
+    for meta in sorted(glob.glob(os.path.join(site_packages, "sglang-*.dist-info", "METADATA"))):
+        st = os.stat(meta)
+        h.update(("%s %d %d\n" % (meta, st.st_size, st.st_mtime_ns)).encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def read_contract_cached(site_packages, cache_dir, write=True):
+    """read_contract, kept in cache_dir under the package's fingerprint: reading the contract parses
+    thousands of files (about half a second), the fingerprint only lists them. (contract, cache hit).
+    write=False (check mode) reads a cached contract but never writes one."""
+    fp = fingerprint(site_packages)
+    path = os.path.join(cache_dir, hashlib.sha1(os.path.realpath(site_packages).encode()).hexdigest()[:16] + ".json")
+    try:
+        with open(path) as f:
+            cached = json.load(f)
+        if cached.get("fingerprint") == fp:
+            return cached["contract"], True
+    except (OSError, ValueError, AttributeError):
+        pass
+    contract = read_contract(site_packages)
+    if not write:
+        return contract, False
+    try:
+        os.makedirs(cache_dir, mode=0o755, exist_ok=True)
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        with open(tmp, "w") as f:
+            json.dump({"fingerprint": fp, "contract": contract}, f)
+        os.rename(tmp, path)
+    except OSError:
+        pass  # a cache that cannot be written costs time, not correctness
+    return contract, False
 
 
 def _number(typ, value):

@@ -34,6 +34,13 @@ options:
     description: Also return every option with its kind, type and choices (large).
     type: bool
     default: false
+  cache_dir:
+    description:
+      - Where the contract is kept between runs, keyed by a fingerprint of the package's files (path, size,
+        mtime), so an unchanged sglang is not parsed again; a patch or reinstall changes the fingerprint.
+      - Nothing is written in check mode. Set to an empty value to always read the sources.
+    type: path
+    default: /var/cache/ddtree-fleet/sglang-flags
 extends_documentation_fragment:
   - ddtree.fleet.attributes.read_only
 author:
@@ -92,6 +99,7 @@ def main():
             venv=dict(type="path", required=True),
             argv=dict(type="list", elements="str"),
             return_options=dict(type="bool", default=False),
+            cache_dir=dict(type="path", default="/var/cache/ddtree-fleet/sglang-flags"),
         ),
         supports_check_mode=True,
     )
@@ -101,7 +109,10 @@ def main():
     if not sites:
         module.fail_json(msg="no sglang package in %s (lib/python*/site-packages/sglang): install the serving venv first" % venv)
     try:
-        contract = sf.read_contract(sites[0])
+        if module.params["cache_dir"]:
+            contract, _hit = sf.read_contract_cached(sites[0], module.params["cache_dir"], write=not module.check_mode)
+        else:
+            contract = sf.read_contract(sites[0])
     except (sf.ContractError, SyntaxError, OSError) as e:
         module.fail_json(msg="cannot read the flag contract of %s: %s" % (venv, e))
     argv = module.params["argv"]

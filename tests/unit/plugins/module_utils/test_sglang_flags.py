@@ -86,3 +86,25 @@ def test_bad_command_lines(contract, argv, expect):
         assert problems == []
     else:
         assert any(expect in p for p in problems), problems
+
+
+def test_cached_contract_is_the_same_and_a_patch_invalidates_it(sglang_venv, tmp_path):
+    _venv, site = sglang_venv
+    cache = tmp_path / "cache"
+    first, hit = sf.read_contract_cached(str(site), str(cache))
+    assert not hit and first == sf.read_contract(str(site))
+    again, hit = sf.read_contract_cached(str(site), str(cache))
+    assert hit and again == first
+    # what a patch series does: a register() call appears in one file
+    spec = site / "sglang" / "srt" / "speculative" / "spec_registry.py"
+    spec.write_text(spec.read_text() + '\nSpeculativeAlgorithm.register("DDTREE_TEST")\n')
+    patched, hit = sf.read_contract_cached(str(site), str(cache))
+    assert not hit and "DDTREE_TEST" in patched["speculative_algorithms"]
+    assert "DDTREE_TEST" not in first["speculative_algorithms"]
+
+
+def test_check_mode_reads_but_never_writes_the_cache(sglang_venv, tmp_path):
+    _venv, site = sglang_venv
+    cache = tmp_path / "cache"
+    _contract, hit = sf.read_contract_cached(str(site), str(cache), write=False)
+    assert not hit and not cache.exists()
