@@ -90,7 +90,10 @@ options:
     choices: [quick, full]
     default: quick
   progress_file:
-    description: Where to write progress (bytes, total, rate, ETA) while downloading.
+    description:
+      - Where to write progress (bytes, total, rate, ETA) while downloading.
+      - Reset at the start of a run and marked C(finished) when the module ends, whether it failed or not,
+        so a caller following it can stop waiting at once.
     type: path
 author:
   - ddtree.fleet developers (@ddtree)
@@ -423,7 +426,23 @@ def main():
         ),
         supports_check_mode=True,
     )
-    module.exit_json(**Fetch(module).run())
+    progress = module.params["progress_file"]
+    if progress and not module.check_mode:
+        # a finished mark from an earlier run must not end this run's wait early
+        atomic_write(progress, json.dumps({"bytes": 0, "total": 0, "seconds": 0, "rate_bps": 0, "eta_s": 0, "finished": False}))
+    try:
+        result = Fetch(module).run()
+    finally:
+        # success or failure: whoever waits on the file (the role's progress loop) may stop waiting now
+        if progress and not module.check_mode:
+            try:
+                with open(progress) as f:
+                    state = json.load(f)
+            except (OSError, ValueError):
+                state = {}
+            state["finished"] = True
+            atomic_write(progress, json.dumps(state))
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -125,6 +125,20 @@ def test_corrupt_shard_caught_by_aria2c_is_fetched_again_then_named(run_module, 
     assert not (tmp_path / "c").exists()  # nothing published
 
 
+def test_progress_file_is_marked_finished_on_success_and_on_failure(run_module, hub, tmp_path):
+    start, _src = hub
+    url, _log = start()
+    progress = tmp_path / "progress.json"
+    progress.write_text(json.dumps({"finished": True, "bytes": 1, "total": 1}))  # an earlier run's mark
+    r = run_module("model_fetch", repo_id=REPO, endpoint=url, dest=str(tmp_path / "p"), margin_gib=0, progress_file=str(progress))
+    state = json.loads(progress.read_text())
+    assert r["changed"] and state["finished"] and state["bytes"] == state["total"] == r["bytes"]
+    failed = run_module("model_fetch", repo_id=REPO, endpoint=url, dest=str(tmp_path / "q"), margin_gib=100000,
+                        progress_file=str(progress))
+    state = json.loads(progress.read_text())
+    assert failed["failed"] and state["finished"] and state["bytes"] == 0  # reset at the start, marked at the end
+
+
 def test_not_enough_space_fails_before_download(run_module, hub, tmp_path):
     start, _src = hub
     url, log = start()
