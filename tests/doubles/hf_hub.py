@@ -5,7 +5,9 @@ Serves repositories from ROOT/<owner>/<name>/ (files as they would be in the rep
 hub's API shape and download paths:
 
   GET /api/models/<repo>/revision/<rev>?blobs=true   {id, sha, siblings: [{rfilename, size, blobId, lfs?}]}
-  GET|HEAD /<repo>/resolve/<rev>/<path>              the file, with Range (206), ETag, Content-Length
+  GET /api/models/<repo>/tree/<rev>?recursive=true   [{type, path, oid, size, lfs?}] (huggingface_hub lists it)
+  GET|HEAD /<repo>/resolve/<rev>/<path>              the file, with Range (206), ETag, Content-Length,
+                                                     X-Repo-Commit, X-Linked-Etag/-Size (what huggingface_hub reads)
 
 Files of 1 MiB and more are "LFS" (siblings carry lfs.sha256 and lfs.size, as the hub does for
 weights); smaller ones only carry blobId, git's sha1 of the blob. The revision sha is a hash of
@@ -98,6 +100,11 @@ def make_handler(opts, repos, log_lock):
                     return self.json(404, {"error": "Repository Not Found"})
                 if not self.allowed(rid):
                     return self.json(401, {"error": "Access to model %s is restricted. You must be authenticated." % rid})
+                if len(parts) > 5 and parts[4] == "tree":  # what huggingface_hub's snapshot_download lists
+                    return self.json(200, [dict({"type": "file", "path": k, "oid": v["blobId"], "size": v["size"]},
+                                                **({"lfs": {"oid": v["lfs"]["sha256"], "size": v["size"],
+                                                            "pointerSize": 134}} if "lfs" in v else {}))
+                                           for k, v in sorted(repo.files.items())])
                 return self.json(200, {"id": rid, "modelId": rid, "sha": repo.sha, "private": False,
                                        "gated": "manual" if rid in opts.gated else False,
                                        "siblings": [repo.files[k] for k in sorted(repo.files)]})
@@ -118,7 +125,12 @@ def make_handler(opts, repos, log_lock):
             self.send_response(206 if rng else 200)
             self.send_header("Content-Length", str(length))
             self.send_header("Accept-Ranges", "bytes")
-            self.send_header("ETag", '"%s"' % repo.files[path].get("lfs", {}).get("sha256", repo.files[path]["blobId"]))
+            etag = '"%s"' % repo.files[path].get("lfs", {}).get("sha256", repo.files[path]["blobId"])
+            self.send_header("ETag", etag)
+            # what huggingface_hub reads before it downloads (the hub sends them, LFS files by redirect)
+            self.send_header("X-Repo-Commit", repo.sha)
+            self.send_header("X-Linked-Etag", etag)
+            self.send_header("X-Linked-Size", str(size))
             if rng:
                 self.send_header("Content-Range", "bytes %d-%d/%d" % (start, end, size))
             self.end_headers()

@@ -2,7 +2,8 @@
 """TEST SETUP: write a small real model repository for the hub mirror (tests/doubles/hf_hub.py):
 safetensors shards of real float32 tensors (the format: 8-byte header length, JSON header,
 raw data), the shard index, config.json, generation_config.json and a tokenizer file.
-Deterministic: the same arguments give the same bytes.
+Deterministic: the same arguments give the same bytes. Each shard's values repeat every MiB, so
+multi-GiB shards for benchmarks take seconds to write.
 
   make_model.py DIR [--shards N] [--shard-mib M] [--seed S]
 """
@@ -37,7 +38,10 @@ def main():
     weight_map = {}
     for i in range(a.shards):
         name = "model-%05d-of-%05d.safetensors" % (i + 1, a.shards)
-        values = struct.pack("<%df" % (rows * 256), *(rnd.uniform(-1, 1) for _i in range(rows * 256)))
+        # 1 MiB of random values per shard, repeated to the shard's size: benchmarks need big shards fast
+        block_rows = min(rows, 1024)
+        block = struct.pack("<%df" % (block_rows * 256), *(rnd.uniform(-1, 1) for _i in range(block_rows * 256)))
+        values = (block * -(-rows // block_rows))[:rows * 256 * 4]
         tensor = "model.layers.%d.mlp.weight" % i
         with open(os.path.join(a.dir, name), "wb") as f:
             f.write(safetensors({tensor: ([rows, 256], values)}))
