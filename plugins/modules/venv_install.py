@@ -106,6 +106,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+needed:
+  description:
+    - Whether the task had (or in check mode would have) anything to do; the same as C(changed), but it
+      keeps its value when a caller overrides C(changed_when), as a dry run before a background job does.
+  returned: always
+  type: bool
 path:
   description: The live venv after the task.
   returned: always
@@ -358,6 +364,7 @@ def main():
     result = inst.present() if module.params["state"] == "present" else inst.rollback()
     if not module._diff:
         result.pop("diff", None)
+    result["needed"] = result["changed"]
     module.exit_json(**result)
 
 

@@ -72,14 +72,14 @@ def test_install_verify_switch_idempotent(setup):
     assert out.strip() == "1.0"
     assert not [p for p in (prefix / "venvs").iterdir() if p.name.startswith(".staging-")]
     again = install()
-    assert again["changed"] is False and "transferred_bytes" not in again
+    assert again["changed"] is False and again["needed"] is False and "transferred_bytes" not in again
 
 
 def test_check_mode_changes_nothing(setup, run_module):
     prefix, art, adir, _aside, _install = setup
     res = run_module("venv_install", check=True, diff=True, prefix=str(prefix), artifact_id=art["id"], transfer="file",
                      artifact_file=str(adir / (art["id"] + ".tar.zst")), manifest_file=str(adir / (art["id"] + ".manifest.json")))
-    assert res["changed"] and res["diff"]["after"]["venv"] == str(prefix / "venvs" / "app")
+    assert res["changed"] and res["needed"] and res["diff"]["after"]["venv"] == str(prefix / "venvs" / "app")
     assert not (prefix / "venv").exists() and not (prefix / "venvs" / "app").exists()
 
 
