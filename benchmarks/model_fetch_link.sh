@@ -62,7 +62,7 @@ INV
 cd "$DDTREE_ROOT"
 on() { podman exec "$env-$1" bash -c "$2"; }
 secs() { local t0 t1; t0=$EPOCHREALTIME; "$@" >/dev/null; t1=$EPOCHREALTIME; awk "BEGIN { print $t1 - $t0 }"; }
-served() { on mb-hub "awk -F'\"bytes\": ' '{ split(\$2, a, \",\"); s += a[1] } END { print s + 0 }' /var/log/hub.jsonl 2>/dev/null || echo 0"; }
+served() { on mb-hub "awk -F'\"bytes\": ' '{ split(\$2, a, \",\"); s += a[1] } END { printf \"%.0f\\n\", s }' /var/log/hub.jsonl 2>/dev/null || echo 0"; }
 podman cp tests/doubles/hf_hub.py "$env-mb-hub:/usr/local/bin/hf_hub.py"
 podman cp tests/doubles/make_model.py "$env-mb-hub:/usr/local/bin/make_model.py"
 log "bench: a model of $shards x $mib MiB on the hub"
@@ -71,20 +71,25 @@ on mb-hub "mkdir -p /srv/raw && dd if=/dev/urandom of=/srv/raw/rand bs=1M count=
 on mb-hub "systemd-run --unit hub-capped python3 /usr/local/bin/hf_hub.py --root /srv/hub --port 8090 --rate $cap --log /var/log/hub.jsonl"
 on mb-hub "systemd-run --unit raw-http python3 -m http.server 8095 --directory /srv/raw"
 on mb-hub "tc qdisc replace dev eth0 root tbf rate $rate burst 256kb latency 400ms"
-sleep 1
-size=$(on mb-hub "find /srv/hub/ddtree-bench/model -type f -printf '%s\n' | awk '{s += \$1} END {print s}'")
+log "bench: waiting for the hub (it hashes every file at start)"
+on mb-dst "for i in \$(seq 300); do curl -sf -o /dev/null http://${ip[mb-hub]}:8090/api/models/ddtree-bench/model/revision/main && exit 0; sleep 1; done; exit 1" \
+  || die "bench: the hub did not answer within 300 s"
+size=$(on mb-hub "find /srv/hub/ddtree-bench/model -type f -printf '%s\n' | awk '{s += \$1} END {printf \"%.0f\\n\", s}'")
 shard=$(on mb-hub "cd /srv/hub/ddtree-bench/model && ls *.safetensors | head -1")
 shard_bytes=$(on mb-hub "stat -c %s /srv/hub/ddtree-bench/model/$shard")
 log "bench: link at $rate (one uncapped stream of 128 MiB)"
 t_link=$(secs on mb-dst "curl -sf -o /dev/null http://${ip[mb-hub]}:8095/rand")
+log "bench: link $t_link s"
 rev=$(on mb-dst "curl -sf 'http://${ip[mb-hub]}:8090/api/models/ddtree-bench/model/revision/main?blobs=true'" | python3 -c 'import json,sys; print(json.load(sys.stdin)["sha"])')
 log "bench: single stream (curl of one shard, capped at $cap B/s per connection)"
 t_single=$(secs on mb-dst "curl -sf -o /dev/null http://${ip[mb-hub]}:8090/ddtree-bench/model/resolve/$rev/$shard")
+log "bench: single $t_single s"
 log "bench: huggingface_hub $hf_version snapshot_download of the whole model"
 podman cp "$hf" "$env-mb-t3:/opt/hfpkgs"
 t_hf=$(secs on mb-t3 "HF_ENDPOINT=http://${ip[mb-hub]}:8090 HF_HUB_DISABLE_XET=1 HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_DISABLE_PROGRESS_BARS=1 \
   PYTHONPATH=/opt/hfpkgs python3 -c \"from huggingface_hub import snapshot_download; snapshot_download('ddtree-bench/model', local_dir='/var/tmp/hf')\"")
-hf_bytes=$(on mb-t3 "find /var/tmp/hf -path /var/tmp/hf/.cache -prune -o -type f -printf '%s\n' | awk '{s += \$1} END {print s}'")
+log "bench: huggingface_hub $t_hf s"
+hf_bytes=$(on mb-t3 "find /var/tmp/hf -path /var/tmp/hf/.cache -prune -o -type f -printf '%s\n' | awk '{s += \$1} END {printf \"%.0f\\n\", s}'")
 [ "$hf_bytes" = "$size" ] || die "bench: huggingface_hub fetched $hf_bytes bytes of $size"
 on mb-t3 "rm -rf /var/tmp/hf /opt/hfpkgs"
 log "bench: the role's one-time host setup (aria2c from apt), not timed"
@@ -92,8 +97,10 @@ ansible-playbook -i "$inv" playbooks/models.yml --tags model_fetch_deps >/dev/nu
 before=$(served)
 log "bench: role on one target (playbooks/models.yml --limit mb-dst)"
 t_role=$(secs ansible-playbook -i "$inv" playbooks/models.yml --limit mb-dst)
+log "bench: role $t_role s"
 log "bench: fan-out to the two other targets (playbooks/models.yml, mb-dst serves)"
 t_fan=$(secs ansible-playbook -i "$inv" playbooks/models.yml)
+log "bench: fan-out $t_fan s"
 origin=$(( $(served) - before ))
 on mb-hub "tc qdisc del dev eth0 root"
 for h in mb-dst mb-t2 mb-t3; do
