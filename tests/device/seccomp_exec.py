@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Run a command under the ddtree-sglang@ unit's syscall filter, where systemd is not PID 1.
 
 Loads tests/device/system-service-syscalls.txt (the unit's SystemCallFilter, expanded) into a

@@ -158,7 +158,9 @@ def test_failing_health_gate_restores_the_previous_release(host):
     r = deploy(*overrides(max_running_requests=97), limit="svc-b300")
     assert r.returncode != 0 and "stopped while starting" in r.text, r.text
     assert time.time() - start < 55
-    assert current(host, "main") == good and http(host, 30000, "/health_generate", key=None)[0] == 200
+    assert current(host, "main") == good
+    assert "Restored the previous release %s: healthy again" % good in r.text, r.text
+    assert http(host, 30000, "/health_generate", key=None)[0] == 200
 
 
 def test_ddtree_without_a_ddtree_series_is_refused_before_any_change(host):
