@@ -24,6 +24,8 @@ import json
 import os
 import re
 
+from ansible_collections.ddtree.fleet.plugins.module_utils.fs import atomic_write
+
 REGISTER = re.compile(r"""(?:SpeculativeAlgorithm\.register|register_algorithm)\(\s*["']([A-Za-z0-9_]+)["']""")
 # Values the server checks after parsing (not argparse choices) that are cheap to check early.
 SEMANTIC_CHOICES = {"speculative_draft_attention_backend": "DRAFT_ATTENTION_BACKEND_CHOICES"}
@@ -323,10 +325,7 @@ def read_contract_cached(site_packages, cache_dir, write=True):
         return contract, False
     try:
         os.makedirs(cache_dir, mode=0o755, exist_ok=True)
-        tmp = "%s.%d.tmp" % (path, os.getpid())
-        with open(tmp, "w") as f:
-            json.dump({"fingerprint": fp, "contract": contract}, f)
-        os.rename(tmp, path)
+        atomic_write(path, json.dumps({"fingerprint": fp, "contract": contract}))
     except OSError:
         pass  # a cache that cannot be written costs time, not correctness
     return contract, False
