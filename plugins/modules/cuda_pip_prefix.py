@@ -37,6 +37,14 @@ options:
     description: The pip to run (a tool venv's, so the system Python is not touched).
     type: path
     required: true
+  pip_venv_python:
+    description:
+      - When O(pip) does not exist, create its venv (the directory above its C(bin/)) with this Python's
+        C(venv) module first. Done only when the prefix has to be built, so a host whose toolkit is in
+        place needs no tool venv at all.
+      - Empty leaves a missing O(pip) a failure.
+    type: path
+    default: ""
   find_links:
     description: Directory or URL of a wheelhouse; with it, pip does not use an index.
     type: str
@@ -62,6 +70,7 @@ EXAMPLES = r"""
     prefix: /opt/cuda-13.0
     version: "13.0"
     pip: /opt/ddtree/tools/pip/bin/pip
+    pip_venv_python: /usr/bin/python3
     packages: [nvidia-cuda-nvcc==13.0.88, nvidia-cuda-crt==13.0.88, nvidia-nvvm==13.0.88,
                nvidia-cuda-runtime==13.0.96, nvidia-cuda-cccl==13.0.85, nvidia-curand==10.4.0.35]
 """
@@ -117,6 +126,7 @@ def main():
             version=dict(type="str", required=True),
             packages=dict(type="list", elements="str", required=True),
             pip=dict(type="path", required=True),
+            pip_venv_python=dict(type="path", default=""),
             find_links=dict(type="str", default=""),
             index_url=dict(type="str", default=""),
         ),
@@ -135,6 +145,13 @@ def main():
         module.exit_json(changed=False, nvcc_version=p["version"], packages=want["packages"])
     if module.check_mode:
         module.exit_json(changed=True, packages=want["packages"])
+
+    if not os.path.exists(p["pip"]) and p["pip_venv_python"]:
+        venv = os.path.dirname(os.path.dirname(p["pip"]))
+        rc, out, err = module.run_command([p["pip_venv_python"], "-m", "venv", venv])
+        if rc != 0 or not os.path.exists(p["pip"]):
+            module.fail_json(msg="cannot create the pip tool venv %s with %s (rc %d): %s; install python3-venv"
+                                 % (venv, p["pip_venv_python"], rc, (err or out).strip()[-300:]))
 
     staging = "%s.staging-%d" % (prefix, os.getpid())
     shutil.rmtree(staging, ignore_errors=True)

@@ -20,11 +20,13 @@ def wheelhouse():
 
 def test_prefix_builds_once_and_probe_compiles(run_module, tmp_path, wheelhouse):
     prefix = tmp_path / "cuda-13.0"
-    pip = str(Path(sys.executable).parent / "pip")
-    args = dict(prefix=str(prefix), version="13.0", packages=PACKAGES, pip=pip, find_links=wheelhouse)
-    assert run_module("cuda_pip_prefix", check=True, **args)["changed"] and not prefix.exists()
+    # the tool venv does not exist yet: the module makes it, and only when the prefix has to be built
+    pip = tmp_path / "tools" / "pip" / "bin" / "pip"
+    args = dict(prefix=str(prefix), version="13.0", packages=PACKAGES, pip=str(pip), pip_venv_python=sys.executable,
+                find_links=wheelhouse)
+    assert run_module("cuda_pip_prefix", check=True, **args)["changed"] and not prefix.exists() and not pip.exists()
     r = run_module("cuda_pip_prefix", **args)
-    assert r["changed"] and r["nvcc_version"] == "13.0"
+    assert r["changed"] and r["nvcc_version"] == "13.0" and pip.exists()
     assert (prefix / "bin" / "nvcc").exists() and (prefix / "include" / "curand.h").exists()
     assert os.readlink(prefix / "lib64") == "lib" and not list(tmp_path.glob("*.staging-*"))
     assert not run_module("cuda_pip_prefix", **args)["changed"]
@@ -33,6 +35,10 @@ def test_prefix_builds_once_and_probe_compiles(run_module, tmp_path, wheelhouse)
     assert probe["nvcc_version"] == "13.0"
     assert probe["archs_ok"] == ["sm_103", "sm_120"] and list(probe["archs_failed"]) == ["sm_99"]
     assert probe["headers_ok"], probe["headers_error"]
+
+    no_pip = dict(args, prefix=str(tmp_path / "cuda-x"), pip=str(tmp_path / "none" / "bin" / "pip"), pip_venv_python="")
+    no_pip = run_module("cuda_pip_prefix", **no_pip)
+    assert no_pip["failed"] and not (tmp_path / "cuda-x").exists()
 
     wrong = run_module("cuda_pip_prefix", **dict(args, prefix=str(tmp_path / "cuda-12.9"), version="12.9"))
     assert wrong["failed"] and "reports release 13.0, not 12.9" in wrong["msg"]
