@@ -20,7 +20,9 @@ description:
   - The API key is never part of it; the service passes it in a credential file.
   - This file also holds C(sglang_server_expect) (the server_info values the health gate compares),
     C(sglang_algorithm), C(sglang_instances) (everything the service role renders per instance) and
-    C(sglang_status) (ddtree_service_status rows from the role's status reads).
+    C(sglang_status) (ddtree_service_status rows from the role's status reads) and
+    C(sglang_argv_problems) (what is wrong with a command line, checked on the controller against a flag
+    contract that M(ddtree.fleet.sglang_flags) read with O(ddtree.fleet.sglang_flags#module:return_options)).
 positional: model_path
 options:
   _input:
@@ -81,6 +83,7 @@ import base64
 import json
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.ddtree.fleet.plugins.module_utils.sglang_flags import check_argv
 
 
 def _algorithm(profile, algorithm):
@@ -260,7 +263,18 @@ def sglang_status(results):
     return rows
 
 
+def sglang_argv_problems(argv, contract):
+    """The problems ddtree.fleet.sglang_flags would report for argv, from a contract it returned
+    (sglang_version, speculative_algorithms, options): the same check, without a module run."""
+    if not isinstance(contract, dict) or "options" not in contract:
+        raise AnsibleFilterError("sglang_argv_problems needs a contract read with return_options: true")
+    return check_argv({"version": contract.get("sglang_version") or contract.get("version"),
+                       "speculative_algorithms": contract.get("speculative_algorithms") or [],
+                       "options": contract["options"]}, [str(a) for a in argv])
+
+
 class FilterModule:
     def filters(self):
         return {"sglang_argv": sglang_argv, "sglang_server_expect": sglang_server_expect,
-                "sglang_algorithm": sglang_algorithm, "sglang_instances": sglang_instances, "sglang_status": sglang_status}
+                "sglang_algorithm": sglang_algorithm, "sglang_instances": sglang_instances, "sglang_status": sglang_status,
+                "sglang_argv_problems": sglang_argv_problems}

@@ -111,3 +111,19 @@ def test_a_ddtree_series_makes_ddtree_a_valid_algorithm(run_module, sglang_venv,
     assert run_module("sglang_patch", venv=str(venv), series=series())["changed"]
     assert "DDTREE" not in run_module("sglang_flags", venv=str(venv))["speculative_algorithms"]
     assert (site / spec).read_bytes() == old_spec
+
+
+def test_the_published_contract_checks_on_the_controller_as_the_module_does(run_module, sglang_venv):
+    """sglang_patch publishes the contract it read (return_options); ddtree_service checks command lines
+    against it with the sglang_argv_problems filter instead of another module run: same verdicts."""
+    from ansible_collections.ddtree.fleet.plugins.filter.sglang import sglang_argv_problems
+    venv, _site = sglang_venv
+    read = run_module("sglang_flags", venv=str(venv), return_options=True)
+    contract = {"sglang_version": read["sglang_version"], "speculative_algorithms": read["speculative_algorithms"],
+                "options": read["options"]}
+    good = ["--model-path", "/m", "--tp-size", "8", "--speculative-algorithm", "DFLASH", "--enable-metrics"]
+    bad = ["--model-path", "/m", "--cuda-graph-max-bs", "256", "--speculative-algorithm", "DDTREE", "--tp-size", "x"]
+    assert sglang_argv_problems(good, contract) == [] and not run_module("sglang_flags", venv=str(venv), argv=good).get("failed")
+    module = run_module("sglang_flags", venv=str(venv), argv=bad)
+    problems = sglang_argv_problems(bad, contract)
+    assert module["failed"] and problems == module["problems"] and len(problems) == 3, problems
