@@ -264,7 +264,9 @@ def main():
         facts = nvidia.absent_facts([error])
         facts["cuda_version_source"] = None
     facts["nvidia_smi_calls"] = calls
-    module.exit_json(changed=False, ansible_facts={"nvidia": facts}, warnings=facts["warnings"])
+    for warning in facts["warnings"]:
+        module.warn(warning)
+    module.exit_json(changed=False, ansible_facts={"nvidia": facts})
 
 
 if __name__ == "__main__":
