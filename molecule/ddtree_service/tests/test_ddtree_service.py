@@ -140,6 +140,20 @@ def test_rollback_state_returns_to_the_previous_release(host):
     assert again.returncode == 0 and "changed=0" in again.text, again.text
 
 
+def test_deploys_in_a_row_are_not_refused_by_the_start_limit(host):
+    """StartLimitBurst (3 an hour) is for crash loops; systemd counts deliberate restarts too, so
+    the role clears it before each one: four changed releases in a row all start and pass."""
+    if name(host) != "svc-b300":
+        pytest.skip("driven once, from svc-b300")
+    for n in (101, 102, 103, 104):
+        r = deploy(*overrides(max_running_requests=n), limit="svc-b300")
+        assert r.returncode == 0, (n, r.text)
+        assert json.loads(http(host, 30000, "/server_info")[1])["max_running_requests"] == n
+    r = deploy(limit="svc-b300")
+    assert r.returncode == 0, r.text
+    assert json.loads(http(host, 30000, "/server_info")[1])["max_running_requests"] == 128
+
+
 def test_failing_health_gate_restores_the_previous_release(host):
     if name(host) != "svc-b300":
         pytest.skip("driven once, from svc-b300")
