@@ -17,8 +17,11 @@ export ANSIBLE_FORCE_COLOR=${ANSIBLE_FORCE_COLOR:-0}
 export PY_COLORS=${PY_COLORS:-0}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# Every package the bootstrap relies on, named: apt installs with --no-install-recommends, so a
+# Recommends/Suggests is never pulled in by itself (netavark needs iptables to set up a
+# network; podman only Suggests it). tests/fresh/check.sh proves the list on a clean stack.
 DDTREE_APT_PACKAGES=(
-  podman runc netavark aardvark-dns conmon catatonit uidmap slirp4netns
+  podman runc netavark aardvark-dns iptables conmon catatonit uidmap slirp4netns
   debootstrap python3 python3-venv python3-dev openssh-client git ca-certificates
   zstd aria2 nginx-light iproute2 rsync gcc
 )
