@@ -132,11 +132,19 @@ def test_rollback_state_returns_to_the_previous_release(host):
     second = current(host, "main")
     assert second != first
     assert json.loads(http(host, 30000, "/server_info")[1])["max_running_requests"] == 100
-    r = deploy("-e", "ddtree_service_state=rollback", limit="svc-b300")
-    assert r.returncode == 0, r.text
+    # four rollbacks in a row: each swaps current and previous, restarts through the deploy's own
+    # path (start limit cleared, StartLimitBurst=3) and passes the health gate
+    for n in range(4):
+        r = deploy("-e", "ddtree_service_state=rollback", limit="svc-b300")
+        assert r.returncode == 0, (n, r.text)
+        want, mrr = (first, 128) if n % 2 == 0 else (second, 100)
+        assert current(host, "main") == want, n
+        assert json.loads(http(host, 30000, "/server_info")[1])["max_running_requests"] == mrr, n
+        assert host.service("ddtree-sglang@main.service").is_running
+    back = deploy(limit="svc-b300")  # the rendered release (content-addressed) is `first` again
+    assert back.returncode == 0, back.text
     assert current(host, "main") == first
-    assert json.loads(http(host, 30000, "/server_info")[1])["max_running_requests"] == 128
-    again = deploy(limit="svc-b300")  # the rendered release is the current one again: nothing to do
+    again = deploy(limit="svc-b300")  # the rendered release is the current one: nothing to do
     assert again.returncode == 0 and "changed=0" in again.text, again.text
 
 
