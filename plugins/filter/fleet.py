@@ -68,6 +68,7 @@ _value:
 import os
 
 from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia as nvidia_mu
+from ansible_collections.ddtree.fleet.plugins.filter.hosts import address, url_host
 
 CHECKS = ("gpu_count", "gpu_memory", "homogeneous", "driver", "nvlink", "disk", "ram")
 GIB = 1024 ** 3
@@ -215,7 +216,7 @@ def worker_urls(hostvars_list):
     """http://<address>:<port> of every instance of the given hosts (ddtree_service_instances)."""
     out = []
     for hv in hostvars_list:
-        addr = hv.get("ansible_host") or hv.get("inventory_hostname")
+        addr = url_host(address(hv))
         for inst in hv.get("ddtree_service_instances") or [{"port": 30000}]:
             out.append("http://%s:%s" % (addr, inst.get("port", 30000)))
     return out

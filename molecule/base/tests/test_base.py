@@ -4,11 +4,30 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
-from verify import playbook  # noqa: E402
+from verify import names_only_inventory, other, playbook  # noqa: E402
 
 testinfra_hosts = ["ansible://all"]
 
-PEERS = {"base-a": "base-b", "base-b": "base-a"}
+HOSTS = ["base-a", "base-b", "base-c"]
+PEERS = {"base-a": "base-b", "base-b": "base-c", "base-c": "base-a"}
+CONVERGE = "molecule/base/converge.yml"
+
+
+def ssh_as_service_user(host, peer):
+    return host.run("su - ddtree -c 'ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=10 %s hostname'" % peer)
+
+
+def managed(host, path):
+    text = host.file(path).content_string
+    inside, out = False, []
+    for line in text.splitlines():
+        if line.startswith("# BEGIN ddtree.fleet base"):
+            inside = True
+        elif line.startswith("# END ddtree.fleet base"):
+            inside = False
+        elif inside:
+            out.append(line)
+    return out
 
 
 def test_service_user(host):
@@ -32,10 +51,10 @@ def test_sshd_serves(host):
     assert host.socket("tcp://0.0.0.0:22").is_listening
 
 
-def test_authorized_keys_lists_both_hosts(host):
+def test_authorized_keys_lists_every_fleet_host(host):
     keys = host.file("/var/lib/ddtree/.ssh/authorized_keys").content_string
     comments = sorted(line.split()[-1] for line in keys.splitlines() if line.startswith("ssh-"))
-    assert comments == ["ddtree@base-a", "ddtree@base-b"]
+    assert comments == ["ddtree.fleet:" + h for h in HOSTS]
 
 
 def test_known_hosts_has_name_and_address(host):
@@ -46,11 +65,9 @@ def test_known_hosts_has_name_and_address(host):
 
 def test_host_to_host_ssh(host):
     me = host.check_output("hostname")
-    peer = PEERS[me]
-    out = host.check_output(
-        f"su - ddtree -c 'ssh -o BatchMode=yes -o StrictHostKeyChecking=yes {peer} hostname'"
-    )
-    assert out == peer
+    for peer in HOSTS:
+        r = ssh_as_service_user(host, peer)
+        assert r.rc == 0 and r.stdout.strip() == peer, (me, peer, r.stderr)
 
 
 def test_local_fact_reports_what_the_role_manages(host):
@@ -78,4 +95,44 @@ def test_drift_is_seen_through_the_fact_and_repaired(host):
     assert host.file("/opt/ddtree").mode == 0o775 and host.user("ddtree").shell == "/bin/bash"
     assert host.service("ssh").is_enabled and host.service("ssh").is_running
     again = playbook("molecule/base/converge.yml")
-    assert again.returncode == 0 and again.text.count("changed=0") == 2, again.text
+    assert again.returncode == 0 and again.text.count("changed=0") == 3, again.text
+
+
+def test_limit_keeps_the_fleet_trust_and_adds_a_rekeyed_host(host):
+    """--limit is how operators add or redo a host. base-c is re-made (new service-user key, new ssh
+    host keys) and converged alone with --limit base-c: it must trust, and be trusted by, the hosts
+    outside the limit, whose other lines stay as they were."""
+    if host.check_output("hostname") != "base-a":
+        return
+    c = other("base-c")
+    before_a = managed(host, "/etc/ssh/ssh_known_hosts")
+    c.run_expect([0], "rm -f /var/lib/ddtree/.ssh/id_ed25519* /etc/ssh/ssh_host_* && ssh-keygen -A && systemctl restart ssh")
+    assert ssh_as_service_user(host, "base-c").rc != 0  # base-a does not know the new host key yet
+    r = playbook(CONVERGE, limit="base-c")
+    assert r.returncode == 0, r.text
+    for h in HOSTS:
+        assert sorted(line.split()[0].split(",")[0] for line in managed(other(h), "/etc/ssh/ssh_known_hosts")) == HOSTS, h
+    after_a = managed(host, "/etc/ssh/ssh_known_hosts")
+    assert [x for x in after_a if not x.startswith("base-c")] == [x for x in before_a if not x.startswith("base-c")]
+    assert after_a != before_a  # base-c's new host key reached base-a
+    for src, dst in (("base-c", "base-a"), ("base-c", "base-b"), ("base-a", "base-c"), ("base-b", "base-c")):
+        r = ssh_as_service_user(other(src), dst)
+        assert r.rc == 0 and r.stdout.strip() == dst, (src, dst, r.stderr)
+    again = playbook(CONVERGE, limit="base-c")
+    assert again.returncode == 0 and "changed=0" in again.text and "changed=1" not in again.text, again.text
+
+
+def test_names_only_inventory_behind_an_ssh_config(host, tmp_path):
+    """The same hosts named only (no ansible_host), reached through an ssh_config: the role runs,
+    records the names (the peers resolve them on their network), and a second run changes nothing."""
+    if host.check_output("hostname") != "base-a":
+        return
+    inv = names_only_inventory(tmp_path, {"fleet": HOSTS})
+    r = playbook(CONVERGE, inventory=inv)
+    assert r.returncode == 0, r.text
+    for h in HOSTS:
+        assert sorted(managed(other(h), "/etc/ssh/ssh_known_hosts"))[0].split()[0] == "base-a"  # name only, no address
+    r = ssh_as_service_user(host, "base-b")
+    assert r.rc == 0 and r.stdout.strip() == "base-b", r.stderr
+    again = playbook(CONVERGE, inventory=inv)
+    assert again.returncode == 0 and again.text.count("changed=0") == 3, again.text

@@ -1,0 +1,135 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, ddtree.fleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""How fleet hosts reach each other, and the fleet-wide ssh trust the base role writes.
+Documented in address.yml and fleet_trust.yml beside this file."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ipaddress
+
+# The one definition of a host's address for the other hosts (and the router, the peers, the
+# report): ddtree_address when the inventory sets it, else ansible_host, else the inventory name.
+ADDRESS_VARS = ("ddtree_address", "ansible_host")
+# The comment that names the host on each authorized_keys line the base role manages.
+KEY_TAG = "ddtree.fleet:"
+
+
+def _get(hv, key, default=None):
+    try:
+        v = hv.get(key, default)
+    except Exception:  # pylint: disable=broad-except - an undefined template behind a hostvar
+        return default
+    return default if v is None else v
+
+
+def address(hv):
+    """The address other hosts use to reach the host whose hostvars are given."""
+    for k in ADDRESS_VARS:
+        v = _get(hv, k)
+        if v not in (None, ""):
+            return str(v)
+    return str(_get(hv, "inventory_hostname", ""))
+
+
+def url_host(addr):
+    """The address as the host part of a URL (an IPv6 literal in brackets)."""
+    a = str(addr)
+    return "[%s]" % a if ":" in a and not a.startswith("[") else a
+
+
+def is_ip(value):
+    try:
+        ipaddress.ip_address(str(value).strip("[]"))
+        return True
+    except ValueError:
+        return False
+
+
+def _base_fact(hv):
+    """The base role's local fact of a host: from ansible_facts (gathered, also by delegation), else
+    the ansible_local variable."""
+    facts = _get(hv, "ansible_facts", {}) or {}
+    local = (facts.get("local") if hasattr(facts, "get") else None) or _get(hv, "ansible_local", {}) or {}
+    return (local.get("ddtree_base") if hasattr(local, "get") else None) or {}
+
+
+def _recorded(hv):
+    return _base_fact(hv).get("trust") or {}
+
+
+def fleet_trust(fleet, hostvars, play_hosts=None):
+    """The ssh trust every fleet host should carry: {'known_hosts': {host: line}, 'authorized_keys':
+    {host: line}, 'missing': [hosts whose keys are nowhere], 'outside': [fleet hosts outside the play,
+    set up by the base role (their base fact was gathered), whose blocks differ: written by delegation]}.
+
+    For each host of `fleet` (inventory names), the freshest source wins: the keys this run read on
+    it (a play host: __base_user_pubkey / __base_host_pubkey), else its base fact as gathered now
+    (a host outside the play, gathered by delegation), else the lines another fleet host recorded for
+    it (unreachable now). So a --limit run, or a host that failed, leaves the others' lines as they
+    were, and hosts no longer in the fleet drop out."""
+    play = set(play_hosts or [])
+    known, authorized, missing, outside = {}, {}, [], []
+    for h in sorted(set(fleet or [])):
+        hv = hostvars[h] if h in hostvars else {}
+        user = host = ""
+        if h in play:
+            user = _get(hv, "__base_user_pubkey", "") or ""
+            host = _get(hv, "__base_host_pubkey", "") or ""
+        local = _base_fact(hv)
+        if not (user and host):
+            facts = _get(hv, "ansible_facts", {}) or {}
+            gathered = facts.get("ssh_host_key_ed25519_public") if hasattr(facts, "get") else None
+            user = user or local.get("user_pubkey", "")
+            host = host or ("ssh-ed25519 %s" % gathered if gathered else "")
+        addr = address(hv) if hv else h
+        if user:
+            authorized[h] = "%s %s%s" % (" ".join(user.split()[:2]), KEY_TAG, h)
+        if host:
+            known[h] = "%s %s" % (",".join([h] + ([addr] if addr != h else [])), " ".join(host.split()[:2]))
+        for kind, into in (("authorized_keys", authorized), ("known_hosts", known)):
+            if h in into:
+                continue
+            for other in sorted(set(fleet)):
+                line = (_recorded(hostvars[other]) if other in hostvars else {}).get(kind, {}).get(h)
+                if line:
+                    into[h] = line
+                    break
+        if h not in authorized or h not in known:
+            missing.append(h)
+    for h in sorted(set(fleet or [])):
+        local = _base_fact(hostvars[h]) if h in hostvars else {}
+        if h not in play and local and (local.get("trust") or {}) != {"authorized_keys": authorized, "known_hosts": known}:
+            outside.append(h)
+    return {"known_hosts": known, "authorized_keys": authorized, "missing": missing, "outside": outside}
+
+
+def trust_block(entries):
+    """The managed block's text from {host: line}: one line per host, sorted by host."""
+    return "\n".join(entries[h] for h in sorted(entries))
+
+
+def peer_allow(clients, hostvars, extra=None):
+    """Who may connect to a seed's peer server: every address of the client hosts (from their gathered
+    facts: the address they connect from is one of their interfaces), each one's address() where
+    that is an IP, and `extra` (CIDRs for NAT or hosts without facts). Sorted, unique."""
+    out = set(extra or [])
+    for h in clients or []:
+        if h not in hostvars:
+            continue
+        hv = hostvars[h]
+        facts = _get(hv, "ansible_facts", {}) or {}
+        for k in ("all_ipv4_addresses", "all_ipv6_addresses"):
+            out.update(a.split("%")[0] for a in (facts.get(k) or []) if not a.lower().startswith("fe80"))
+        a = address(hv)
+        if is_ip(a):
+            out.add(a.strip("[]"))
+    return sorted(out)
+
+
+class FilterModule:
+    def filters(self):
+        return {"address": address, "fleet_trust": fleet_trust, "trust_block": trust_block, "is_ip": is_ip,
+                "url_host": url_host, "peer_allow": peer_allow}

@@ -1,0 +1,59 @@
+"""address (one definition of how hosts reach each other) and fleet_trust (the ssh trust is the
+fleet's, not the play's) on hostvars shaped like Ansible's."""
+from ansible_collections.ddtree.fleet.plugins.filter import fleet, hosts
+
+
+def hv(name, **kw):
+    return dict({"inventory_hostname": name}, **kw)
+
+
+def test_address_order():
+    assert hosts.address(hv("b300-01.example.internal")) == "b300-01.example.internal"  # names only
+    assert hosts.address(hv("b300-1", ansible_host="10.0.0.5")) == "10.0.0.5"
+    assert hosts.address(hv("b300-1", ansible_host="10.0.0.5", ddtree_address="b300-1.fabric")) == "b300-1.fabric"
+    assert hosts.address(hv("b300-1", ansible_host="", ddtree_address=None)) == "b300-1"
+
+
+def test_worker_urls_use_the_address_and_bracket_ipv6():
+    assert fleet.worker_urls([hv("g1.example.internal"), hv("g2", ansible_host="fd00::2",
+                                                            ddtree_service_instances=[{"port": 30001}])]) == [
+        "http://g1.example.internal:30000", "http://[fd00::2]:30001"]
+
+
+KEY_A, KEY_B, KEY_C = "AAAAC3NzaC1lZDI1NTE5AAAAIA", "AAAAC3NzaC1lZDI1NTE5AAAAIB", "AAAAC3NzaC1lZDI1NTE5AAAAIC"
+
+
+def test_trust_from_play_hosts():
+    h = {"a": hv("a", __base_user_pubkey="ssh-ed25519 %s ddtree@a" % KEY_A, __base_host_pubkey="ssh-ed25519 HA"),
+         "b": hv("b", ansible_host="10.0.0.2", __base_user_pubkey="ssh-ed25519 %s ddtree@b" % KEY_B,
+                 __base_host_pubkey="ssh-ed25519 HB")}
+    t = hosts.fleet_trust(["a", "b"], h, ["a", "b"])
+    assert t["authorized_keys"] == {"a": "ssh-ed25519 %s ddtree.fleet:a" % KEY_A, "b": "ssh-ed25519 %s ddtree.fleet:b" % KEY_B}
+    assert t["known_hosts"] == {"a": "a ssh-ed25519 HA", "b": "b,10.0.0.2 ssh-ed25519 HB"}
+    assert t["missing"] == [] and t["outside"] == []
+    assert hosts.trust_block(t["known_hosts"]) == "a ssh-ed25519 HA\nb,10.0.0.2 ssh-ed25519 HB"
+
+
+def test_limit_keeps_the_others_from_their_gathered_facts_or_the_record():
+    recorded = {"authorized_keys": {"c": "ssh-ed25519 %s ddtree.fleet:c" % KEY_C, "gone": "ssh-ed25519 X ddtree.fleet:gone"},
+                "known_hosts": {"c": "c ssh-ed25519 HC", "gone": "gone ssh-ed25519 HG"}}
+    h = {
+        # the --limit host: keys from this run
+        "new": hv("new", __base_user_pubkey="ssh-ed25519 %s ddtree@new" % KEY_A, __base_host_pubkey="ssh-ed25519 HN"),
+        # outside the play, gathered by delegation now
+        "b": hv("b", ansible_facts={"ssh_host_key_ed25519_public": "HB", "local": {
+            "ddtree_base": {"user_pubkey": "ssh-ed25519 %s ddtree@b" % KEY_B, "trust": recorded}}}),
+        # outside and unreachable: only the record of it on b
+        "c": hv("c"),
+    }
+    t = hosts.fleet_trust(["new", "b", "c"], h, ["new"])
+    assert set(t["authorized_keys"]) == {"new", "b", "c"} and set(t["known_hosts"]) == {"new", "b", "c"}
+    assert t["known_hosts"]["c"] == "c ssh-ed25519 HC" and t["known_hosts"]["b"] == "b ssh-ed25519 HB"
+    assert "gone" not in t["known_hosts"]  # no longer in the fleet: dropped
+    assert t["outside"] == ["b"] and t["missing"] == []
+
+
+def test_a_host_nobody_knows_is_missing():
+    t = hosts.fleet_trust(["a", "never"], {"a": hv("a", __base_user_pubkey="ssh-ed25519 K", __base_host_pubkey="ssh-ed25519 H"),
+                                           "never": hv("never")}, ["a"])
+    assert t["missing"] == ["never"] and "never" not in t["known_hosts"]
