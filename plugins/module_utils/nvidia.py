@@ -111,6 +111,11 @@ def toolkit_problems(version, compute_caps, driver_cuda, floor=None):
 _ANSI = re.compile(r"(?:\x1b)?\[[0-9;]*m")  # ESC[4m, or "[4m" where the ESC byte was lost
 _TRAILING_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _NA = ("", "N/A", "[N/A]", "[Not Supported]", "Not Supported")
+_LINK_ALT = r"X|NV\d+|SYS|NODE|PHB|PXB|PIX|SOC|N/A"
+_LINK = re.compile(r"^(?:%s)$" % _LINK_ALT)
+_LINK_PART = re.compile(_LINK_ALT)
+_LINKS = re.compile(r"^(?:%s)+$" % _LINK_ALT)  # links glued together
+_AFFINITY = re.compile(r"^\d[\d,\-]*$")
 
 
 class NvidiaSmiError(Exception):
@@ -201,7 +206,9 @@ def _header_tokens(line):
 
 def parse_topo(text):
     """Parse `nvidia-smi topo -m`. Returns {devices, matrix, gpus: {GPUi: {cpu_affinity, numa}},
-    nics: [{name, device}]}. Tolerates ESC codes (or their remains) in the header, tabs or
+    nics: [{name, device}], warnings}. A row whose columns lost a separator is split again (NV18SYS,
+    SYS0-103) with a warning; a row that still does not fit keeps its readable links and warns,
+    instead of dropping the whole matrix. Tolerates ESC codes (or their remains) in the header, tabs or
     spaces, a header without its leading tab, NIC rows without trailing columns, legacy mlx5_N
     columns, and a missing legend. Raises NvidiaSmiError when no matrix is found."""
     lines = [_ANSI.sub("", l).rstrip("\n") for l in (text or "").splitlines()]
@@ -211,7 +218,7 @@ def parse_topo(text):
     header = _header_tokens(lines[header_at])
     devices = [h for h in header if h not in _TRAILING_COLUMNS]
     trailing = [h for h in header if h in _TRAILING_COLUMNS]
-    matrix, gpus = {}, {}
+    matrix, gpus, warnings = {}, {}, []
     for line in lines[header_at + 1:]:
         tokens = line.split()
         if not tokens or tokens[0].rstrip(":") in ("Legend", "NIC"):
@@ -219,17 +226,58 @@ def parse_topo(text):
         label = tokens[0]
         if label not in devices:
             continue
-        links = tokens[1:1 + len(devices)]
-        if len(links) != len(devices):
-            raise NvidiaSmiError("row %s has %d links for %d devices" % (label, len(links), len(devices)))
+        cells, merged = _unmerge(tokens[1:])
+        links = cells[:len(devices)]
+        if merged:
+            warnings.append("topo -m row %s: %s had no separator between two columns; read as %s"
+                            % (label, ", ".join(merged), " ".join(cells)))
+        if len(links) != len(devices) or not all(_LINK.match(x) for x in links):
+            # keep what can be read: the leading cells that are links, for the devices they stand under
+            good = []
+            for x in links:
+                if not _LINK.match(x):
+                    break
+                good.append(x)
+            warnings.append("topo -m row %s: %d of %d link columns readable (%s); the rest of the row is left out"
+                            % (label, len(good), len(devices), " ".join(tokens[1:])))
+            matrix[label] = dict(zip(devices, good))
+            continue
         matrix[label] = dict(zip(devices, links))
         if label.startswith("GPU"):
-            rest = dict(zip(trailing, tokens[1 + len(devices):]))
+            rest = dict(zip(trailing, cells[len(devices):]))
             gpus[label] = {"cpu_affinity": _na(rest.get("CPU Affinity")),
                            "numa": _na(rest.get("NUMA Affinity"))}
     legend = dict(re.findall(r"^\s+(NIC\d+):\s*(\S+)\s*$", "\n".join(lines), re.M))
     nics = [{"name": d, "device": legend.get(d, d)} for d in devices if not d.startswith("GPU")]
-    return {"devices": devices, "matrix": matrix, "gpus": gpus, "nics": nics}
+    return {"devices": devices, "matrix": matrix, "gpus": gpus, "nics": nics, "warnings": warnings}
+
+
+def _unmerge(cells):
+    """Split cells where nvidia-smi (or a copy of its output) lost the separator between two columns:
+    two links (NV18SYS), or the last link and the CPU affinity (SYS0-103, NV1848-95). Where the split
+    is ambiguous (NV1848-95: NV18 + 48-95 or NV184 + 8-95) the links the row shows elsewhere win.
+    Returns (cells, the merged ones)."""
+    known = set(c for c in cells if _LINK.match(c))
+    out, merged = [], []
+    for c in cells:
+        if _LINK.match(c):
+            out.append(c)
+            continue
+        best = None
+        for i in range(len(c), 0, -1):
+            left, right = c[:i], c[i:]
+            if not _LINKS.match(left) or (right and not _AFFINITY.match(right)):
+                continue
+            parts = _LINK_PART.findall(left)
+            score = (all(x in known for x in parts), len(left))
+            if best is None or score > best[0]:
+                best = (score, parts + ([right] if right else []))
+        if best is None:
+            out.append(c)
+        else:
+            out.extend(best[1])
+            merged.append(c)
+    return out, merged
 
 
 def _nv_links(link):

@@ -225,6 +225,7 @@ def gather(smi):
     if trc == 0:
         try:
             topo = nvidia.parse_topo(tout)
+            warnings.extend(topo.get("warnings", []))
         except nvidia.NvidiaSmiError as e:
             warnings.append("cannot read nvidia-smi topo -m: %s" % e)
     else:

@@ -2,6 +2,7 @@
 Expected values were written by reading each capture."""
 import csv
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -250,3 +251,40 @@ def test_live_h200_capture_gives_the_facts_the_module_returned_there():
     for added_by_module in ("cuda_version_source", "nvidia_smi_calls"):
         expected.pop(added_by_module)
     assert facts == expected
+
+
+def test_topo_rows_that_lost_a_separator_keep_the_matrix():
+    """Real B200 capture with two separators removed the way some drivers (and copies) print them:
+    two links glued (NV18NV18) and the last link glued to the CPU affinity (SYS0-55)."""
+    real = (CAP / "b200" / "topo-m__1.txt").read_text()
+    clean = nvidia.parse_topo(real)
+    lines = real.splitlines()
+    i = next(n for n, l in enumerate(lines) if l.startswith("GPU3"))
+    cells = lines[i].split("\t")
+    j = next(k for k in range(2, len(cells)) if cells[k].startswith("NV") and cells[k - 1].startswith("NV"))
+    cells[j - 1:j + 1] = [cells[j - 1] + cells[j]]
+    lines[i] = "\t".join(cells)
+    k = next(n for n, l in enumerate(lines) if l.startswith("GPU6"))
+    lines[k] = re.sub(r"(NV18)\t(\d)", r"\1\2", lines[k], count=1)  # the last link glued to the CPU affinity
+    messy = nvidia.parse_topo("\n".join(lines) + "\n")
+    assert messy["matrix"] == clean["matrix"] and messy["gpus"] == clean["gpus"]
+    assert any("GPU3" in w and "no separator" in w for w in messy["warnings"])
+    assert any("GPU6" in w and "no separator" in w for w in messy["warnings"])
+    assert clean["warnings"] == []
+
+
+def test_topo_row_that_cannot_be_read_keeps_the_rest_and_warns():
+    real = (CAP / "b200" / "topo-m__1.txt").read_text()
+    clean = nvidia.parse_topo(real)
+    lines = real.splitlines()
+    i = next(n for n, l in enumerate(lines) if l.startswith("GPU5"))
+    cells = lines[i].split("\t")
+    cells[4] = "??"
+    lines[i] = "\t".join(cells)
+    messy = nvidia.parse_topo("\n".join(lines) + "\n")
+    assert {k: v for k, v in messy["matrix"].items() if k != "GPU5"} == {k: v for k, v in clean["matrix"].items() if k != "GPU5"}
+    assert len(messy["matrix"]["GPU5"]) == 3  # the links before the unreadable cell
+    assert messy["gpus"]["GPU0"] == clean["gpus"]["GPU0"]
+    assert any("GPU5" in w and "readable" in w for w in messy["warnings"])
+    facts = nvidia.summarize_topology(messy, 8)
+    assert facts["interconnect"] == "unknown"  # a pair that cannot be read is not guessed
