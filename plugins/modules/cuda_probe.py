@@ -102,7 +102,8 @@ def main():
     nvcc = os.path.join(p["cuda_home"], "bin", "nvcc")
     result = dict(changed=False, nvcc_version=None, archs_ok=[], archs_failed={}, headers_ok=False, headers_error="")
     if not os.access(nvcc, os.X_OK):
-        module.fail_json(msg="no nvcc at %s" % nvcc, **result)
+        module.fail_json(msg="no nvcc at %s: a CUDA toolkit comes from the cuda_toolkit role (cuda_toolkit_home for one "
+                             "installed elsewhere)" % nvcc, **result)
     rc, out, err = module.run_command([nvcc, "--version"])
     m = re.search(r"release (\d+\.\d+)", out)
     result["nvcc_version"] = m.group(1) if m else None
