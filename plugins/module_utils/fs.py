@@ -30,3 +30,67 @@ def atomic_write(path, data, mode=0o644):
         os.fsync(f.fileno())
     os.chmod(tmp, mode)
     os.replace(tmp, path)
+
+
+# Where each external tool a module runs comes from, for the message when it is missing.
+TOOL_SOURCES = {
+    "aria2c": "Debian/Ubuntu package aria2 (the model_fetch role installs it on hosts that fetch)",
+    "zstd": "package zstd (in the base role's base_packages)",
+    "tar": "package tar (part of every Debian/Ubuntu base system)",
+    "ssh": "package openssh-client (in the base role's base_packages)",
+    "nginx": "package nginx or nginx-light (the model_fetch role installs it on a seed that serves peers)",
+    "nvcc": "a CUDA toolkit (the cuda_toolkit role; cuda_toolkit_home for one installed elsewhere)",
+}
+
+
+def require_tools(module, *names):
+    """{name: path} of the tools, or fail naming the missing one and what provides it (instead of
+    a bare '[Errno 2] No such file or directory' from the first run of it)."""
+    found = {}
+    for name in names:
+        path = module.get_bin_path(name)
+        if not path:
+            module.fail_json(msg="%s is not installed on this host (not on PATH %s); it comes from %s. Install it, "
+                                 "or run the role that provides it first." % (
+                                     name, os.environ.get("PATH", ""), TOOL_SOURCES.get(name, "its package")))
+        found[name] = path
+    return found
+
+
+class UnsafePath(ValueError):
+    pass
+
+
+def safe_relpath(name, what="a file name"):
+    """`name` when it is a safe relative path (POSIX, normalised, no '..', not absolute, no drive,
+    no backslash, NUL or control characters, not empty); else UnsafePath naming it. Every name that
+    comes from outside (hub listings, manifests, patch series, archive members) passes here before
+    it is used as a path."""
+    if not isinstance(name, str) or not name:
+        raise UnsafePath("%s is empty or not a string: %r" % (what, name))
+    bad = [c for c in name if ord(c) < 32 or ord(c) == 127]
+    if bad or "\\" in name:
+        raise UnsafePath("%s %r holds a control character or a backslash" % (what, name))
+    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+        raise UnsafePath("%s %r is absolute" % (what, name))
+    parts = name.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise UnsafePath("%s %r is not a normalised relative path (empty, '.' or '..' parts)" % (what, name))
+    return name
+
+
+def inside(root, name, what="a file name"):
+    """root/name after safe_relpath, checked again after symlinks: the real path of the nearest
+    existing part must stay under the real root. Returns the joined path."""
+    safe_relpath(name, what)
+    path = os.path.join(root, name)
+    if not os.path.isdir(root):
+        return path  # nothing on disk yet that a link could redirect
+    real_root = os.path.realpath(root)
+    probe = path
+    while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    real = os.path.realpath(probe)  # a dangling link counts too: it would be written through
+    if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+        raise UnsafePath("%s %r leads out of %s (to %s, through a symbolic link)" % (what, name, root, real))
+    return path

@@ -97,7 +97,7 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddtree.fleet.plugins.module_utils import sglang_patch as sp
-from ansible_collections.ddtree.fleet.plugins.module_utils.fs import atomic_write
+from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, atomic_write, inside
 
 STAMP = ".ddtree/sglang-patch.json"
 ORIG = ".ddtree/sglang-patch-orig"
@@ -165,6 +165,11 @@ def main():
                 raise sp.PatchError("patch %s lists files %s but its diff changes %s"
                                     % (x["name"], sorted(listed), sorted(diffs[x["name"]])))
         paths = set(f["path"] for x in selected for f in x["files"]) | set((stamp or {}).get("files", {}))
+        for q in sorted(paths):  # names from the series and the stamp stay inside site-packages
+            try:
+                inside(site, q, "a file the patch series names")
+            except UnsafePath as e:
+                raise sp.PatchError("%s; fix the series (sglang_patch_series_dir) - nothing was changed" % e)
         current = dict((q, read(os.path.join(site, q))) for q in paths)
         backups = dict((q, read(os.path.join(orig_dir, q))) for q in (stamp or {}).get("files", {}))
         plan = sp.plan(current, stamp, backups, selected, diffs, present=use_series)

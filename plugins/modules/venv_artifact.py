@@ -87,7 +87,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddtree.fleet.plugins.module_utils import venv_artifact as va
-from ansible_collections.ddtree.fleet.plugins.module_utils.fs import atomic_write
+from ansible_collections.ddtree.fleet.plugins.module_utils.fs import atomic_write, require_tools
 
 PACKAGES = ("import importlib.metadata as m, json; "
             "print(json.dumps(sorted(set('%s==%s' % (d.metadata['Name'], d.version) for d in m.distributions()))))")
@@ -166,6 +166,7 @@ def main():
     if not os.path.isdir(adir):
         os.makedirs(adir, 0o755)
     if not exists:
+        require_tools(module, "zstd", "tar")
         part = tar + ".part"
         trc, zrc = va.write_tar_zst(venv, part, module.params["compression_level"])
         if trc != 0 or zrc != 0:

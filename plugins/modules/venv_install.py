@@ -143,7 +143,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddtree.fleet.plugins.module_utils import venv_artifact as va
-from ansible_collections.ddtree.fleet.plugins.module_utils.fs import atomic_write, nearest_existing
+from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, atomic_write, nearest_existing, require_tools, safe_relpath
 
 
 class Installer:
@@ -204,6 +204,14 @@ class Installer:
                 self.m.fail_json(msg="cannot read manifest %s from %s@%s: %s (host-to-host ssh comes from the base role)"
                                      % (aid, self.p["ssh_user"], self.p["ssh_host"], err.strip()))
         manifest = json.loads(text)
+        try:  # every member name the artifact will unpack, before anything is written
+            for f in manifest.get("files", []):
+                safe_relpath(f.get("path"), "a member of artifact %s" % aid)
+            venv = manifest.get("venv_path", "")
+            if not venv.startswith("/") or os.path.normpath(venv) != venv:
+                raise UnsafePath("the artifact's venv path %r is not a normalised absolute path" % venv)
+        except UnsafePath as e:
+            self.m.fail_json(msg="%s; the source's artifact is corrupt or hostile: remove it there and run again" % e)
         if va.manifest_id(manifest) != aid:
             self.m.fail_json(msg="manifest of artifact %s does not hash to its id (%s): the source's artifact is corrupt; "
                                  "remove it there and run again" % (aid, va.manifest_id(manifest)))
@@ -275,6 +283,8 @@ class Installer:
             return dict(changed=True, path=path, previous=live, cleaned=cleaned, diff=diff)
 
         result = dict(changed=True, path=path, cleaned=cleaned, diff=diff)
+        if not already:
+            require_tools(self.m, *(["zstd", "tar"] + (["ssh"] if self.p["transfer"] == "ssh" else [])))
         os.makedirs(self.venvs, mode=0o755, exist_ok=True)
         if not already:
             staging = os.path.join(self.venvs, ".staging-" + aid)
