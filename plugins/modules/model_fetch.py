@@ -23,7 +23,8 @@ description:
     at O(dest) is kept as C(<dest>.previous).
   - An interrupted run leaves C(<dest>.partial); the next run keeps its verified files and resumes
     the partial ones.
-  - The token reaches aria2c in a 0600 input file, never in argv.
+  - The token reaches aria2c in a 0600 input file, never in argv, and only for URLs on the endpoint's origin: a redirect to another host (the hub's CDN) is resolved first and downloaded without it. Peers never get it.
+  - Every file name of the listing or pinned manifest must be a safe relative path (no C(..), absolute, backslash or control characters) that stays inside the staging directory after symbolic links; otherwise the run fails before any byte is written.
 options:
   repo_id:
     description: Repository on the hub, e.g. C(moonshotai/Kimi-K2.6).
@@ -154,9 +155,8 @@ import shutil
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import open_url
 from ansible_collections.ddtree.fleet.plugins.module_utils import hub
-from ansible_collections.ddtree.fleet.plugins.module_utils.fs import atomic_write, nearest_existing
+from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, atomic_write, inside, nearest_existing, require_tools
 
 MANIFEST = ".ddtree-manifest.json"
 
@@ -168,20 +168,21 @@ class Fetch:
         self.staging = self.dest + ".partial"
 
     def get(self, url, first_byte=False):
-        headers = {"Authorization": "Bearer %s" % self.p["token"]} if self.p["token"] else {}
-        if first_byte:
-            headers["Range"] = "bytes=0-0"
-        try:
-            r = open_url(url, headers=headers, timeout=60, validate_certs=True)
-            return r.getcode(), r.read()
-        except Exception as e:  # pylint: disable=broad-except
-            return getattr(e, "code", None), str(getattr(e, "reason", e)).encode()
+        """(status, body): redirects followed by hand, the token only ever sent to the endpoint's origin."""
+        code, body, _url = hub.request(url, self.p["endpoint"], self.p["token"],
+                                       headers={"Range": "bytes=0-0"} if first_byte else None)
+        return code, body
 
     def resolve(self):
         p = self.p
         if p["manifest"]:
-            with open(p["manifest"]) as f:
-                return json.load(f)
+            try:
+                with open(p["manifest"]) as f:
+                    return hub.check_manifest(json.load(f), "the pinned manifest %s" % p["manifest"])
+            except (OSError, ValueError) as e:
+                self.m.fail_json(msg="%s: cannot read the pinned manifest %s: %s" % (p["repo_id"], p["manifest"], e))
+            except hub.HubError as e:
+                self.m.fail_json(msg=str(e))
         code, body = self.get(hub.api_url(p["endpoint"], p["repo_id"], p["revision"]))
         if code in (401, 403):
             self.m.fail_json(msg="%s@%s: the hub answered %s: the token is %s (set model_fetch_token, and accept the "
@@ -193,7 +194,8 @@ class Fetch:
         if code != 200:
             self.m.fail_json(msg="%s: the hub API at %s answered %s: %s" % (p["repo_id"], p["endpoint"], code, body[:200]))
         try:
-            return hub.manifest_from_api(json.loads(body), p["repo_id"], p["include"], p["exclude"])
+            return hub.manifest_from_api(json.loads(body), p["repo_id"], p["include"], p["exclude"],
+                                         source="the listing of %s@%s at %s" % (p["repo_id"], p["revision"], p["endpoint"]))
         except (hub.HubError, ValueError) as e:
             self.m.fail_json(msg=str(e))
 
@@ -256,8 +258,12 @@ class Fetch:
         """One aria2c run over entries, from the origin or (from_peers) only from the peers; (rc, stderr)."""
         p = self.p
         for e in entries:
-            e["uris"] = (["%s/%s" % (peer.rstrip("/"), e["path"]) for peer in p["peers"]] if from_peers else
-                         [hub.file_url(p["endpoint"], manifest["repo_id"], manifest["revision"], e["path"])])
+            if from_peers:  # peers never get the token
+                e["uris"], e["auth"] = ["%s/%s" % (peer.rstrip("/"), e["path"]) for peer in p["peers"]], False
+            else:
+                url = hub.file_url(p["endpoint"], manifest["repo_id"], manifest["revision"], e["path"])
+                src, e["auth"] = hub.download_source(url, p["endpoint"], p["token"])
+                e["uris"], e["redirected"] = [src], src != url
         inp = os.path.join(self.staging, ".aria2-input")
         fd = os.open(inp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -317,6 +323,11 @@ class Fetch:
         """Why files are missing after a failed run: ask the origin for each (status per file)."""
         out = []
         for e in entries:
+            path = os.path.join(self.staging, e["path"])
+            if os.path.isfile(path) and not os.path.exists(path + ".aria2") and os.path.getsize(path) != e["size"]:
+                out.append("%s: the server sent %d bytes, the listing says %d (wrong size: the mirror is inconsistent)"
+                           % (e["path"], os.path.getsize(path), e["size"]))
+                continue
             url = hub.file_url(self.p["endpoint"], manifest["repo_id"], manifest["revision"], e["path"])
             code, _body = self.get(url, first_byte=True)
             if code in (401, 403):
@@ -338,7 +349,13 @@ class Fetch:
         result["changed"] = result["needed"] = True
         if self.m.check_mode:
             return result
+        require_tools(self.m, "aria2c")
         os.makedirs(self.staging, exist_ok=True)
+        for e in manifest["files"]:  # names were checked; now no link in staging may lead out of it
+            try:
+                inside(self.staging, e["path"], "the file name")
+            except UnsafePath as err:
+                self.m.fail_json(msg="%s: %s; nothing was downloaded or published" % (manifest["repo_id"], err), **result)
         done = self.done_in_staging(manifest)
         todo = [dict(e) for e in manifest["files"] if e["path"] not in done]
         missing = sum(e["size"] for e in todo) - self.on_disk(todo)
@@ -365,6 +382,11 @@ class Fetch:
             rc, err = self.aria2(manifest, todo)
             bad = self.verify(todo)
             incomplete = self.incomplete(todo)
+            if incomplete and any(e.get("redirected") for e in incomplete):
+                # signed redirect targets (the hub's CDN URLs) expire: resolve them again, once
+                rc, err = self.aria2(manifest, incomplete)
+                bad = self.verify(todo)
+                incomplete = self.incomplete(todo)
             if incomplete:
                 self.m.fail_json(msg="%s: aria2c (rc %s) did not complete %d file(s): %s; completed files are kept in %s "
                                      "and the next run resumes" % (manifest["repo_id"], rc, len(incomplete),

@@ -16,9 +16,22 @@ the file list, so changing a file changes it.
 Options (argv): --root DIR --port N [--gated REPO --token T]... [--rate BYTES_PER_S] (per
 connection, like a CDN) [--corrupt REPO/PATH]... (serves flipped bytes, hashes unchanged)
 [--log FILE] (one JSON line per file response: path, bytes sent, peer).
+
+Misbehaviour on purpose (a careless or hostile mirror), for the trust tests of model_fetch:
+  --hostile-name NAME          list NAME as one more file of every repo (e.g. ../../escaped.txt) and
+                               serve it (a name that tries to leave the destination)
+  --redirect BASE              answer files of --redirect-min bytes and more with 302 to
+                               BASE/<repo>/resolve/<rev>/<path> (another host, as the hub does to its CDN);
+                               BASE 'self' redirects to /cdn/... on this server (a same-host redirect)
+  --header-log FILE            one JSON line per request: method, path, whether Authorization arrived
+  --wrong-size REPO/PATH       serve the file with bytes beyond the listed size
+  --change-after-listing       once a listing was answered, serve every file changed (a repo updated
+                               between the API call and the download, served under the old revision)
+  --drop REPO/PATH:N           the first N GETs of that file break off halfway (dropped connections)
 """
 import argparse
 import hashlib
+import io
 import json
 import os
 import sys
@@ -60,7 +73,12 @@ def load(root):
     return repos
 
 
+HOSTILE = b"written outside the destination\n"
+
+
 def make_handler(opts, repos, log_lock):
+    state = {"listed": False, "drops": dict((d.rsplit(":", 1)[0], int(d.rsplit(":", 1)[1])) for d in opts.drop)}
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -93,6 +111,13 @@ def make_handler(opts, repos, log_lock):
         def do_GET(self):
             url = urlparse(self.path)
             parts = [unquote(p) for p in url.path.strip("/").split("/")]
+            if opts.header_log:
+                with log_lock, open(opts.header_log, "a") as lf:
+                    lf.write(json.dumps({"method": self.command, "path": url.path, "port": opts.port,
+                                         "auth": "Authorization" in self.headers}) + "\n")
+            cdn = parts[:1] == ["cdn"]
+            if cdn:
+                parts = parts[1:]
             if parts[:2] == ["api", "models"]:
                 rid = "/".join(parts[2:4])
                 repo = repos.get(rid)
@@ -105,16 +130,37 @@ def make_handler(opts, repos, log_lock):
                                                 **({"lfs": {"oid": v["lfs"]["sha256"], "size": v["size"],
                                                             "pointerSize": 134}} if "lfs" in v else {}))
                                            for k, v in sorted(repo.files.items())])
+                state["listed"] = True
+                hostile = [{"rfilename": n, "size": len(HOSTILE), "blobId": blob_sha1(HOSTILE)} for n in opts.hostile_name]
                 return self.json(200, {"id": rid, "modelId": rid, "sha": repo.sha, "private": False,
                                        "gated": "manual" if rid in opts.gated else False,
-                                       "siblings": [repo.files[k] for k in sorted(repo.files)]})
-            rid, _rev, path = self.find(parts)
+                                       "siblings": [repo.files[k] for k in sorted(repo.files)] + hostile})
+            rid, rev, path = self.find(parts)
             repo = repos.get(rid)
+            if repo is not None and path in opts.hostile_name:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(HOSTILE)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(HOSTILE)
+                return None
             if repo is None or path not in repo.files:
                 return self.json(404, {"error": "Entry not found"})
             if not self.allowed(rid):
                 return self.json(401, {"error": "Access restricted"})
-            size = repo.files[path]["size"]
+            if opts.redirect and not cdn and repo.files[path]["size"] >= opts.redirect_min:
+                base = "" if opts.redirect == "self" else opts.redirect.rstrip("/")
+                self.send_response(302)
+                self.send_header("Location", "%s/cdn/%s/resolve/%s/%s" % (base, rid, rev, path))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return None
+            data = None
+            key = "%s/%s" % (rid, path)
+            if key in opts.wrong_size or state["listed"] and opts.change_after_listing:
+                with open(os.path.join(repo.path, path), "rb") as f:
+                    data = f.read() + b"\nchanged or padded by the mirror\n"
+            size = len(data) if data is not None else repo.files[path]["size"]
             start, end = 0, size - 1
             rng = self.headers.get("Range")
             if rng and rng.startswith("bytes="):
@@ -137,8 +183,13 @@ def make_handler(opts, repos, log_lock):
             if self.command == "HEAD":
                 return None
             sent = 0
-            corrupt = "%s/%s" % (rid, path) in opts.corrupt
-            with open(os.path.join(repo.path, path), "rb") as f:
+            corrupt = key in opts.corrupt
+            drop = None
+            with log_lock:
+                if state["drops"].get(key, 0) > 0 and self.command == "GET":
+                    state["drops"][key] -= 1
+                    drop = length // 2
+            with (io.BytesIO(data) if data is not None else open(os.path.join(repo.path, path), "rb")) as f:
                 f.seek(start)
                 t0 = time.time()
                 while sent < length:
@@ -147,6 +198,12 @@ def make_handler(opts, repos, log_lock):
                         break
                     if corrupt:
                         chunk = bytes(b ^ 0xFF for b in chunk)
+                    if drop is not None and sent + len(chunk) > drop:
+                        self.wfile.write(chunk[:max(drop - sent, 0)])
+                        self.wfile.flush()
+                        self.close_connection = True
+                        self.connection.shutdown(2)
+                        return None
                     try:
                         self.wfile.write(chunk)
                     except (BrokenPipeError, ConnectionResetError):
@@ -174,6 +231,13 @@ def main(argv):
     ap.add_argument("--rate", type=float, default=0)
     ap.add_argument("--corrupt", action="append", default=[])
     ap.add_argument("--log", default="")
+    ap.add_argument("--hostile-name", action="append", default=[])
+    ap.add_argument("--redirect", default="")
+    ap.add_argument("--redirect-min", type=int, default=LFS_MIN)
+    ap.add_argument("--header-log", default="")
+    ap.add_argument("--wrong-size", action="append", default=[])
+    ap.add_argument("--change-after-listing", action="store_true")
+    ap.add_argument("--drop", action="append", default=[])
     opts = ap.parse_args(argv)
     repos = load(opts.root)
     server = ThreadingHTTPServer((opts.bind, opts.port), make_handler(opts, repos, threading.Lock()))
