@@ -120,3 +120,79 @@ def test_file_missing_on_the_mirror_is_named(host):
     assert r.returncode != 0
     assert "model-00009-of-00009.safetensors: HTTP 404" in r.text, r.text
     assert not host.file(dest).exists
+
+
+def test_hostile_names_fail_before_any_byte_and_the_model_stays(host):
+    """A mirror whose listing names ../../escaped.txt: the role fails naming it, nothing is written
+    outside (or inside) the destination, and the published model is untouched."""
+    if host.backend.get_hostname() != "mf-t1":
+        return
+    hub = other("mf-hub")
+    before = hashes(host, DEST)
+    r = run_on_t1(model_fetch_endpoint="http://%s:8093" % hub.backend.get_hostname())
+    assert r.returncode != 0
+    assert "unsafe file" in r.text and "../../escaped.txt" in r.text and "nothing was downloaded or published" in r.text, r.text
+    assert hashes(host, DEST) == before
+    for p in ("/opt/ddtree/escaped.txt", "/opt/ddtree/models/escaped-one-up.txt", DEST + ".partial"):
+        assert not host.file(p).exists, p
+
+
+def test_token_stays_on_the_endpoints_host(host):
+    """Gated repo, weights redirected to another host: the download works and, at the receiving
+    server, no request carried the token; the endpoint's own host got it."""
+    if host.backend.get_hostname() != "mf-t1":
+        return
+    hub = other("mf-hub")
+    dest = "/opt/ddtree/models/gated"
+    r = run_on_t1(model_fetch_dest=dest, model_fetch_endpoint="http://%s:8094" % hub.check_output(
+        "hostname -I").split()[0], model_fetch_token="molecule-hf-token-7c1e")
+    assert r.returncode == 0, r.text
+    assert "molecule-hf-token-7c1e" not in r.text
+    assert hashes(host, dest) == hashes(hub, SRC)
+    cdn = [json.loads(ln) for ln in hub.file("/var/log/hub-8095-headers.jsonl").content_string.splitlines()]
+    assert {c["path"].rsplit("/", 1)[-1] for c in cdn if c["path"].endswith(".safetensors")} == {
+        "model-0000%d-of-00004.safetensors" % i for i in range(1, 5)}
+    assert not any(c["auth"] for c in cdn), cdn
+    origin = [json.loads(ln) for ln in hub.file("/var/log/hub-8094-headers.jsonl").content_string.splitlines()]
+    assert origin and all(o["auth"] for o in origin)
+
+
+def curl(h, url):
+    return h.check_output("curl -s -o /dev/null -w '%%{http_code}' --max-time 10 %s || true" % url)
+
+
+def test_peer_server_answers_the_fleet_only_and_serves_one_model(host):
+    """The seed's peer server (as the last fan-out left its configuration): a fleet host gets the
+    model, nothing else; a host outside the play (the hub) is denied."""
+    if host.backend.get_hostname() != "mf-t1":
+        return
+    conf = host.file("/etc/ddtree/model-peer.conf").content_string
+    assert "deny all;" in conf and "allow " in conf
+    host.run_expect([0], "systemctl start ddtree-model-peer.service")
+    try:
+        t1 = "http://mf-t1:8099"
+        host.run_expect([0], "timeout 10 sh -c 'until curl -s -o /dev/null %s/; do sleep 0.2; done'" % t1)
+        t2 = other("mf-t2")
+        assert curl(t2, t1 + "/tiny/config.json") == "200"
+        assert curl(t2, t1 + "/tiny/.ddtree-manifest.json") == "200"
+        assert curl(t2, t1 + "/gated/config.json") == "404"  # another model beside it
+        assert curl(t2, t1 + "/") == "404"
+        assert curl(t2, t1 + "/tiny.previous/config.json") == "404"
+        assert curl(other("mf-hub"), t1 + "/tiny/config.json") == "403"  # not a fleet host of the play
+    finally:
+        host.run_expect([0], "systemctl stop ddtree-model-peer.service")
+
+
+def test_peer_server_is_stopped_when_the_peers_fail(host):
+    """A fan-out whose peers all fail (no room): the seed serves, the peers fail, the server stops."""
+    if host.backend.get_hostname() != "mf-t1":
+        return
+    dest = "/opt/ddtree/models/fanfail"
+    r = playbook(CONVERGE, "-e", json.dumps({"model_fetch_dest": dest}), "-e",
+                 "model_fetch_margin_gib={{ 0 if inventory_hostname == 'mf-t1' else 100000 }}")
+    assert r.returncode != 0 and "needs" in r.text and "GiB free" in r.text, r.text
+    assert host.file(dest).is_directory  # the seed fetched
+    assert "Stop serving" in r.stdout
+    assert not host.service("ddtree-model-peer.service").is_running
+    for t in ("mf-t2", "mf-t3"):
+        assert not other(t).file(dest).exists
