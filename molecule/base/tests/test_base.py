@@ -13,8 +13,19 @@ PEERS = {"base-a": "base-b", "base-b": "base-c", "base-c": "base-a"}
 CONVERGE = "molecule/base/converge.yml"
 
 
+class Ssh:
+    def __init__(self, rc, stdout, stderr):
+        self.rc, self.stdout, self.stderr = rc, stdout, stderr
+
+
 def ssh_as_service_user(host, peer):
-    return host.run("su - ddtree -c 'ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=10 %s hostname'" % peer)
+    """(rc, stdout, stderr) of the service user's ssh to peer; ssh's own 255 is folded into the output,
+    since testinfra's ssh backend takes an exit status of 255 for its own connection failing."""
+    r = host.run("su - ddtree -c 'ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=10 %s hostname'"
+                 " ; echo \"rc=$?\"" % peer)
+    lines = r.stdout.strip().splitlines()
+    rc = int(lines[-1].split("=", 1)[1]) if lines and lines[-1].startswith("rc=") else r.rc
+    return Ssh(rc, "\n".join(lines[:-1]), r.stderr)
 
 
 def managed(host, path):
