@@ -20,7 +20,8 @@ KEY_TAG = "ddtree.fleet:"
 def _get(hv, key, default=None):
     try:
         v = hv.get(key, default)
-    except Exception:  # pylint: disable=broad-except - an undefined template behind a hostvar
+    except Exception:  # pylint: disable=broad-except
+        # an undefined template behind a hostvar
         return default
     return default if v is None else v
 

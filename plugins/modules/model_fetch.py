@@ -23,8 +23,12 @@ description:
     at O(dest) is kept as C(<dest>.previous).
   - An interrupted run leaves C(<dest>.partial); the next run keeps its verified files and resumes
     the partial ones.
-  - The token reaches aria2c in a 0600 input file, never in argv, and only for URLs on the endpoint's origin: a redirect to another host (the hub's CDN) is resolved first and downloaded without it. Peers never get it.
-  - Every file name of the listing or pinned manifest must be a safe relative path (no C(..), absolute, backslash or control characters) that stays inside the staging directory after symbolic links; otherwise the run fails before any byte is written.
+  - The token reaches aria2c in a 0600 input file, never in argv, and only for URLs on the endpoint's
+    origin. A redirect to another host (the hub's CDN) is resolved first and downloaded without it.
+    Peers never get it.
+  - Every file name of the listing or pinned manifest must be a safe relative path (no C(..), absolute,
+    backslash or control characters) that stays inside the staging directory after symbolic links;
+    otherwise the run fails before any byte is written.
 options:
   repo_id:
     description: Repository on the hub, e.g. C(moonshotai/Kimi-K2.6).

@@ -41,5 +41,6 @@ def test_tasks_use_fqcn(role):
                                      "become_user", "vars", "notify", "changed_when", "failed_when",
                                      "check_mode", "no_log", "delegate_to", "run_once", "environment",
                                      "until", "retries", "delay", "async", "poll", "block", "rescue", "always", "listen",
-                                     "diff", "throttle", "args", "any_errors_fatal", "ignore_errors"}
+                                     "diff", "throttle", "args", "any_errors_fatal", "ignore_errors",
+                                     "delegate_facts", "ignore_unreachable"}
                 assert not (keys - set(modules)), f"{path.name}: short module name in {block.get('name')}"

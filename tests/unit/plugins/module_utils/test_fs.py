@@ -27,8 +27,6 @@ def test_atomic_write_replaces_whole_file(tmp_path):
 
 # --- names from outside: safe_relpath / inside; tools: require_tools ---
 
-
-
 @pytest.mark.parametrize("name", ["config.json", "sub/dir/model.safetensors", "a..b/c", ".hidden", "x-y_z.1"])
 def test_safe_names_pass(name):
     assert fs.safe_relpath(name) == name

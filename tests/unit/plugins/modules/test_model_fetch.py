@@ -224,10 +224,10 @@ def _two_hosts(hub, tmp_path, *origin_extra):
     """An origin on 127.0.0.1 gated by a token whose weights redirect to a 'CDN' on localhost (another
     host and port), each logging the headers that arrive."""
     start, src = hub
-    cdn, _ = start("--header-log", str(tmp_path / "cdn-headers.log"))
+    cdn = start("--header-log", str(tmp_path / "cdn-headers.log"))[0]
     cdn = cdn.replace("127.0.0.1", "localhost")
-    url, log = start("--gated", REPO, "--token", "hf_secret_test_token", "--redirect", cdn,
-                     "--header-log", str(tmp_path / "origin-headers.log"), *origin_extra)
+    url = start("--gated", REPO, "--token", "hf_secret_test_token", "--redirect", cdn,
+                "--header-log", str(tmp_path / "origin-headers.log"), *origin_extra)[0]
     return url, src
 
 
