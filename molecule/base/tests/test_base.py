@@ -133,6 +133,26 @@ def test_limit_keeps_the_fleet_trust_and_adds_a_rekeyed_host(host):
     assert again.returncode == 0 and "changed=0" in again.text and "changed=1" not in again.text, again.text
 
 
+def test_a_host_that_is_down_keeps_its_place_in_the_trust(host):
+    """A --limit run while another fleet host is down (paused): the run succeeds, that host's lines are
+    kept as the others recorded them, and once it is back every host still reaches it."""
+    if host.check_output("hostname") != "base-a":
+        return
+    import subprocess
+    container = "mol-base-base-b"
+    before = managed(host, "/etc/ssh/ssh_known_hosts")
+    subprocess.run(["podman", "pause", container], check=True)
+    try:
+        r = playbook(CONVERGE, limit="base-c")
+    finally:
+        subprocess.run(["podman", "unpause", container], check=True)
+    assert r.returncode == 0, r.text
+    assert managed(host, "/etc/ssh/ssh_known_hosts") == before
+    assert sorted(line.split()[0].split(",")[0] for line in managed(other("base-c"), "/etc/ssh/ssh_known_hosts")) == HOSTS
+    r = ssh_as_service_user(other("base-c"), "base-b")
+    assert r.rc == 0 and r.stdout.strip() == "base-b", r.stderr
+
+
 def test_names_only_inventory_behind_an_ssh_config(host, tmp_path):
     """The same hosts named only (no ansible_host), reached through an ssh_config: the role runs,
     records the names (the peers resolve them on their network), and a second run changes nothing."""
