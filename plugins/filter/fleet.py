@@ -14,9 +14,9 @@ version_added: "0.1.0"
 description:
   - Returns the list of preflight failures of one host, each naming the host, the value found,
     what the profile needs and the fix. An empty list means the host passes.
-  - This file also holds the C(fleet_rows) filter, which turns hostvars into the fleet report's rows, and
-    the rollout's C(bench_gate) (measured vs recorded figures) and C(rollout_changed) (which releases a
-    deploy changed), C(bench_levels), C(worker_urls) and C(missing_packages) (apt only when dpkg lacks one).
+  - This file also holds C(fleet_rows), C(cuda_toolkit_problems), C(bench_levels), C(bench_gate),
+    C(rollout_changed), C(missing_packages) and C(worker_urls); each is documented in its own file beside
+    this one (C(ansible-doc -t filter ddtree.fleet.NAME)).
 positional: nvidia, profile
 options:
   _input:

@@ -18,11 +18,9 @@ description:
   - C(DDTREE) switches the attention backend and page size to the profile's C(ddtree_*) values,
     adds C(--speculative-ddtree-budget) and C(--disable-overlap-schedule) (DDTree has no overlap path).
   - The API key is never part of it; the service passes it in a credential file.
-  - This file also holds C(sglang_server_expect) (the server_info values the health gate compares),
-    C(sglang_algorithm), C(sglang_instances) (everything the service role renders per instance) and
-    C(sglang_status) (ddtree_service_status rows from the role's status reads) and
-    C(sglang_argv_problems) (what is wrong with a command line, checked on the controller against a flag
-    contract that M(ddtree.fleet.sglang_flags) read with O(ddtree.fleet.sglang_flags#module:return_options)).
+  - This file also holds C(sglang_server_expect), C(sglang_algorithm), C(sglang_instances), C(sglang_status)
+    and C(sglang_argv_problems); each is documented in its own file beside this one
+    (C(ansible-doc -t filter ddtree.fleet.NAME)).
 positional: model_path
 options:
   _input:
