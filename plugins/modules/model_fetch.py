@@ -82,7 +82,9 @@ options:
     type: int
     default: 10
   lowest_speed:
-    description: Drop a connection slower than this (aria2c --lowest-speed-limit, e.g. C(100K)).
+    description:
+      - Drop a connection to the origin slower than this (aria2c --lowest-speed-limit, e.g. C(100K)).
+      - Peers are not held to it; only a dead peer sends a file to the origin.
     type: str
     default: 100K
   margin_gib:
@@ -278,8 +280,10 @@ class Fetch:
         argv = ["aria2c", "--input-file", inp, "--dir", self.staging, "-x", str(p["connections"]), "-s", str(p["connections"]),
                 "-k", "1M", "-j", str(p["concurrent"]), "--continue=true", "--auto-file-renaming=false",
                 "--allow-overwrite=true", "--file-allocation=none", "--retry-wait=2",
-                "--max-tries", str(3 if from_peers else p["max_tries"]),
-                "--lowest-speed-limit", p["lowest_speed"], "--max-file-not-found=1", "--remote-time=false",
+                # peers are the fleet's own hosts: a transfer slowed by a busy seed is still cheaper than the
+                # origin, so only a dead peer (aria2c's --timeout) sends a file to the origin
+                "--max-tries", str(5 if from_peers else p["max_tries"]),
+                "--lowest-speed-limit", "0" if from_peers else p["lowest_speed"], "--max-file-not-found=1", "--remote-time=false",
                 "--console-log-level=error", "--summary-interval=0", "--download-result=hide",
                 "--log", log, "--log-level=notice", "--uri-selector=adaptive"]
         total = sum(e["size"] for e in manifest["files"])
