@@ -15,7 +15,7 @@ description:
   - Returns the list of preflight failures of one host, each naming the host, the value found,
     what the profile needs and the fix. An empty list means the host passes.
   - This file also holds C(fleet_rows), C(cuda_toolkit_problems), C(bench_levels), C(bench_gate),
-    C(rollout_changed), C(missing_packages) and C(worker_urls); each is documented in its own file beside
+    C(rollout_changed) and C(worker_urls); each is documented in its own file beside
     this one (C(ansible-doc -t filter ddtree.fleet.NAME)).
 positional: nvidia, profile
 options:
@@ -67,19 +67,18 @@ _value:
 
 import os
 
+from ansible.errors import AnsibleFilterError
 from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia as nvidia_mu
+from ansible_collections.ddtree.fleet.plugins.module_utils.versions import version_tuple
 from ansible_collections.ddtree.fleet.plugins.filter.hosts import address, url_host
+
+try:
+    import jmespath
+except ImportError:  # the report's filter says so when it is used
+    jmespath = None
 
 CHECKS = ("gpu_count", "gpu_memory", "homogeneous", "driver", "nvlink", "disk", "ram")
 GIB = 1024 ** 3
-
-
-def _version(v):
-    out = []
-    for part in str(v).split("."):
-        digits = "".join(c for c in part if c.isdigit())
-        out.append(int(digits) if digits else 0)
-    return tuple(out)
 
 
 def gpu_preflight(host, nvidia, profile, checks=None, model_dir=None, model_size_gib=None, disk_free_bytes=None, memtotal_mb=None):
@@ -99,7 +98,7 @@ def gpu_preflight(host, nvidia, profile, checks=None, model_dir=None, model_size
                      "or disable the check (nvidia_facts_preflight_checks: {homogeneous: false})" % (host, ", ".join(models)))
     driver = nv.get("driver_version")
     floor = profile.get("min_driver")
-    if enabled["driver"] and floor and (not driver or _version(driver) < _version(floor)):
+    if enabled["driver"] and floor and (not driver or version_tuple(driver) < version_tuple(floor)):
         fails.append("%s: NVIDIA driver %s is older than %s, the minimum of profile %s: upgrade the driver to %s or newer"
                      % (host, driver or "(none)", floor, name, floor))
     tp = int(profile.get("parallelism", {}).get("tp", 1))
@@ -127,34 +126,56 @@ def gpu_preflight(host, nvidia, profile, checks=None, model_dir=None, model_size
     return fails
 
 
+# One report row as a query over a host's variables: null-safe paths into the facts, the profile and
+# the service status (jmespath: what used to be chains of .get() or {}).
+ROW_QUERY = """{
+  gpu_count: ansible_facts.nvidia.gpu_count || `0`,
+  gpu_names: ansible_facts.nvidia.gpus[].name || `[]`,
+  present: ansible_facts.nvidia.present || `false`,
+  compute_capability: ansible_facts.nvidia.compute_capability,
+  family: ansible_facts.nvidia.family,
+  driver: ansible_facts.nvidia.driver_version,
+  cuda: ansible_facts.nvidia.cuda_version,
+  interconnect: ansible_facts.nvidia.topology.interconnect,
+  nvlink_lanes: ansible_facts.nvidia.topology.nvlink_min_links,
+  numa_nodes: ansible_facts.nvidia.topology.numa_nodes || `[]`,
+  profile: nvidia_facts_profile.name,
+  profile_settings: nvidia_facts_profile || `{}`,
+  parallelism: nvidia_facts_profile.parallelism,
+  group_names: group_names || `[]`,
+  warnings: ansible_facts.nvidia.warnings || `[]`,
+  service: ddtree_service_status || `[]`
+}"""
+
+
 def fleet_rows(hostvars, hosts):
     """One row per host for the fleet report."""
+    if jmespath is None:
+        raise AnsibleFilterError("ddtree.fleet.fleet_rows needs the jmespath Python package on the controller "
+                                 "(pip install jmespath; requirements/controller.txt pins it)")
+    query = jmespath.compile(ROW_QUERY)
     rows = []
     for h in sorted(hosts):
-        hv = hostvars[h]
-        nv = (hv.get("ansible_facts") or {}).get("nvidia") or {}
-        prof = hv.get("nvidia_facts_profile") or {}
-        gpus = nv.get("gpus") or []
-        models = sorted(set(g.get("name") for g in gpus))
-        par = prof.get("parallelism") or {}
-        topo = nv.get("topology") or {}
+        q = query.search(hostvars[h])
+        models = sorted(set(q["gpu_names"]))
+        par = q["parallelism"] or {}
         rows.append({
             "host": h,
-            "gpus": ("%s x %d" % (models[0], len(gpus))) if len(models) == 1 else (", ".join(models) or "none"),
-            "gpu_count": nv.get("gpu_count", 0),
-            "compute_capability": nv.get("compute_capability"),
-            "family": nv.get("family") if nv.get("present") else None,
-            "driver": nv.get("driver_version"),
-            "cuda": nv.get("cuda_version"),
-            "interconnect": topo.get("interconnect") if nv.get("present") else None,
-            "nvlink_lanes": topo.get("nvlink_min_links"),
-            "numa_nodes": topo.get("numa_nodes", []),
-            "profile": prof.get("name"),
-            "profile_settings": prof,
+            "gpus": ("%s x %d" % (models[0], len(q["gpu_names"]))) if len(models) == 1 else (", ".join(models) or "none"),
+            "gpu_count": q["gpu_count"],
+            "compute_capability": q["compute_capability"],
+            "family": q["family"] if q["present"] else None,
+            "driver": q["driver"],
+            "cuda": q["cuda"],
+            "interconnect": q["interconnect"] if q["present"] else None,
+            "nvlink_lanes": q["nvlink_lanes"],
+            "numa_nodes": q["numa_nodes"],
+            "profile": q["profile"],
+            "profile_settings": q["profile_settings"],
             "parallelism": ("tp%s ep%s dp%s" % (par.get("tp"), par.get("ep"), par.get("dp"))) if par else None,
-            "groups": sorted(g for g in hv.get("group_names", []) if g.startswith("gpu_")),
-            "warnings": nv.get("warnings", []),
-            "service": hv.get("ddtree_service_status") or [],
+            "groups": sorted(g for g in q["group_names"] if g.startswith("gpu_")),
+            "warnings": q["warnings"],
+            "service": q["service"],
         })
     return rows
 
@@ -205,20 +226,14 @@ def rollout_changed(instances, before, status):
     return [i for i in instances or [] if i.get("name") in was and now.get(i.get("name")) and now[i["name"]] != was[i["name"]]]
 
 
-def missing_packages(wanted, dpkg_lines):
-    """The packages of `wanted` that dpkg does not have installed, from the lines of
-    `dpkg-query -W -f '${db:Status-Abbrev} ${Package}\\n' PKG...` ("ii  name" when installed)."""
-    installed = set(ln.split()[-1] for ln in dpkg_lines or [] if ln.startswith("ii ") and ln.split())
-    return [p for p in wanted or [] if p not in installed]
-
-
-def worker_urls(hostvars_list):
-    """http://<address>:<port> of every instance of the given hosts (ddtree_service_instances)."""
+def worker_urls(hostvars_list, instances):
+    """http://<address>:<port> of every instance of the given hosts: their ddtree_service_instances, else
+    `instances` (common_instances: hostvars of another host do not hold role defaults)."""
     out = []
     for hv in hostvars_list:
         addr = url_host(address(hv))
-        for inst in hv.get("ddtree_service_instances") or [{"port": 30000}]:
-            out.append("http://%s:%s" % (addr, inst.get("port", 30000)))
+        for inst in hv.get("ddtree_service_instances") or instances:
+            out.append("http://%s:%s" % (addr, inst["port"]))
     return out
 
 
@@ -226,4 +241,4 @@ class FilterModule:
     def filters(self):
         return {"gpu_preflight": gpu_preflight, "fleet_rows": fleet_rows, "cuda_toolkit_problems": cuda_toolkit_problems,
                 "bench_levels": bench_levels, "worker_urls": worker_urls, "bench_gate": bench_gate,
-                "rollout_changed": rollout_changed, "missing_packages": missing_packages}
+                "rollout_changed": rollout_changed}

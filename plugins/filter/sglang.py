@@ -206,9 +206,6 @@ def _ranges(cpus):
     return " ".join(out)
 
 
-VLM_WARMUP_PATCH = "0001-vlm-warmup-skip-image"
-
-
 def sglang_instances(instances, settings):
     """Everything the service needs per instance: GPUs, CPUs, argv, environment, gate values."""
     s = settings
@@ -225,24 +222,27 @@ def sglang_instances(instances, settings):
                 raise AnsibleFilterError(
                     "instance %s: the CPUs next to GPUs %s (%s) are not online on this host (%s CPUs); set "
                     "ddtree_service_cpu_pinning: false or check the GPU facts" % (inst["name"], gpus, " ".join(aff), s.get("online_cpus")))
+        # a workaround the profile asks for is switched on by the environment a patch of the venv's
+        # series provides for it (the stamp's "provides"), else by SGLang's own coarser flag
         skip_vision = bool(profile.get("skip_vision_warmup"))
-        patched = VLM_WARMUP_PATCH in (s.get("patches") or [])
+        provided = (s.get("provides") or {}).get("skip_vision_warmup")
+        patched = provided is not None
         argv = sglang_argv(profile, s["model_path"], drafter_path=s.get("drafter_path"), algorithm=s.get("algorithm"),
                            host=s.get("host", "0.0.0.0"), port=inst["port"], served_model_name=s.get("served_model_name"),
                            reasoning_parser=s.get("reasoning_parser"), tool_call_parser=s.get("tool_call_parser"),
                            skip_all_warmup=skip_vision and not patched, extra_args=s.get("extra_args"))
-        state, cache = "/var/lib/ddtree-sglang/%s" % inst["name"], "/var/cache/ddtree-sglang/%s" % inst["name"]
+        state, cache = "/var/lib/%s/%s" % (s["unit"], inst["name"]), "/var/cache/%s/%s" % (s["unit"], inst["name"])
         env = {"HOME": state, "XDG_CACHE_HOME": cache, "TRITON_CACHE_DIR": cache + "/triton",
                "TORCHINDUCTOR_CACHE_DIR": cache + "/inductor", "FLASHINFER_WORKSPACE_BASE": cache}
         env.update(profile.get("env") or {})
         env.update(s.get("env") or {})
         if skip_vision and patched:
-            env["SGLANG_SKIP_VLM_WARMUP"] = "1"
+            env.update(provided)
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
         out.append({"name": inst["name"], "port": int(inst["port"]), "gpus": gpus, "cpus": cpus, "argv": argv,
                     "env": dict((k, str(v)) for k, v in env.items()), "expect": sglang_server_expect(argv),
-                    "algorithm": _algorithm(profile, s.get("algorithm")), "unit": "ddtree-sglang@%s.service" % inst["name"]})
+                    "algorithm": _algorithm(profile, s.get("algorithm")), "unit": "%s@%s.service" % (s["unit"], inst["name"])})
     return out
 
 

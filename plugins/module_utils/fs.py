@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import os
 
 
@@ -30,6 +31,26 @@ def atomic_write(path, data, mode=0o644):
         os.fsync(f.fileno())
     os.chmod(tmp, mode)
     os.replace(tmp, path)
+
+
+def switch_link(link, target):
+    """Point the symlink `link` at `target` with one rename: readers see the old target or the new one, never none."""
+    tmp = "%s.tmp-%d" % (link, os.getpid())
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+
+
+def write_progress(path, done, total, secs, rate=None, finished=False):
+    """The progress document a background job rewrites for ddtree.fleet.job_wait (bytes, total, seconds,
+    rate_bps, eta_s, finished); rate defaults to done / secs. No path: nothing is written."""
+    if not path:
+        return
+    rate = (done / secs if secs > 0 else 0) if rate is None else rate
+    atomic_write(path, json.dumps({"bytes": done, "total": total, "seconds": round(secs, 1), "rate_bps": int(rate),
+                                   "eta_s": int((total - done) / rate) if rate > 0 and total > done else 0,
+                                   "finished": finished}))
 
 
 # Where each external tool a module runs comes from, for the message when it is missing.

@@ -11,6 +11,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.ddtree.fleet.plugins.module_utils.versions import version_tuple
+
 # The one --query-gpu call. Order matters only for parsing; names are nvidia-smi's.
 QUERY_FIELDS = (
     "index",
@@ -83,11 +85,6 @@ ARCH_MIN_CUDA = {
     "12.0": "12.8",
     "12.1": "12.9",
 }
-
-
-def version_tuple(v):
-    """'12.9' -> (12, 9); '580.65.06' -> (580, 65, 6)."""
-    return tuple(int(x) for x in re.findall(r"\d+", str(v)))
 
 
 def toolkit_problems(version, compute_caps, driver_cuda, floor=None):

@@ -17,6 +17,8 @@ import stat
 import subprocess
 import time
 
+from ansible_collections.ddtree.fleet.plugins.module_utils.versions import version_tuple
+
 MANIFEST_VERSION = 1
 CHUNK = 1 << 20
 
@@ -154,10 +156,6 @@ def verify_tree(root, manifest):
     return problems
 
 
-def _version_tuple(v):
-    return tuple(int(x) for x in str(v).split(".") if x.isdigit())
-
-
 def preflight(manifest, target):
     """Why the venv cannot run on the target. target: {base_interpreter_version, machine, glibc,
     free_bytes} as read on the target (base_interpreter_version None when it is missing)."""
@@ -174,7 +172,7 @@ def preflight(manifest, target):
     plat = manifest["platform"]
     if target.get("machine") != plat["machine"]:
         fails.append("CPU architecture %s, the venv is built for %s" % (target.get("machine"), plat["machine"]))
-    if plat.get("glibc") and (not target.get("glibc") or _version_tuple(target["glibc"]) < _version_tuple(plat["glibc"])):
+    if plat.get("glibc") and (not target.get("glibc") or version_tuple(target["glibc"]) < version_tuple(plat["glibc"])):
         fails.append("glibc %s is older than the source's %s: its wheels may need newer symbols; upgrade the OS or "
                      "build the venv on a host with glibc <= %s" % (target.get("glibc"), plat["glibc"], target.get("glibc")))
     need = int(manifest["total_size"] * 1.1)

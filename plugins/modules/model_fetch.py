@@ -162,7 +162,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddtree.fleet.plugins.module_utils import hub
-from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, atomic_write, inside, nearest_existing, require_tools
+from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, atomic_write, inside, nearest_existing, require_tools, write_progress
 
 MANIFEST = ".ddtree-manifest.json"
 
@@ -252,13 +252,8 @@ class Fetch:
         return total
 
     def progress(self, done, total, start, base):
-        if not self.p["progress_file"]:
-            return
         secs = max(time.time() - start, 1e-6)
-        rate = (done - base) / secs
-        atomic_write(self.p["progress_file"], json.dumps({
-            "bytes": done, "total": total, "seconds": round(secs, 1), "rate_bps": int(rate),
-            "eta_s": int((total - done) / rate) if rate > 0 and total > done else 0, "finished": False}))
+        write_progress(self.p["progress_file"], done, total, secs, rate=(done - base) / secs)
 
     def aria2(self, manifest, entries, from_peers=False):
         """One aria2c run over entries, from the origin or (from_peers) only from the peers; (rc, stderr)."""

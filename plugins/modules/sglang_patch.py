@@ -80,6 +80,13 @@ applied:
   returned: always
   type: list
   elements: str
+provides:
+  description:
+    - The profile workarounds the patches in effect provide, each with the environment that switches it
+      on (from the series' C(provides)); also written to the stamp.
+  returned: always
+  type: dict
+  sample: {skip_vision_warmup: {SGLANG_SKIP_VLM_WARMUP: "1"}}
 files:
   description: sha256 of every file the series (or the previous stamp) touches, after the run.
   returned: always
@@ -179,8 +186,12 @@ def main():
 
     if present:
         want = {q: (orig, new) for q, (orig, new) in plan.items() if orig != new}
+        provides = {}
+        for x in patches:  # workaround id -> the environment that switches it on
+            provides.update(dict((k, dict((str(n), str(v)) for n, v in (env or {}).items()))
+                                 for k, env in (x.get("provides") or {}).items()))
         new_stamp = {"series": series.get("name"), "sglang_version": version,
-                     "patches": [x["name"] for x in patches],
+                     "patches": [x["name"] for x in patches], "provides": provides,
                      "files": dict((q, {"before": sp.sha256(o), "after": sp.sha256(n)}) for q, (o, n) in sorted(want.items()))}
     else:
         want, new_stamp = {}, None
@@ -189,6 +200,7 @@ def main():
     changed = bool(changed_files) or new_stamp != stamp
     applied = new_stamp["patches"] if new_stamp else []
     result = dict(changed=changed, sglang_version=version, site_packages=site, applied=applied, stamp=stamp_path,
+                  provides=new_stamp["provides"] if new_stamp else {},
                   files=dict((q, sp.sha256(d)) for q, d in targets.items()), changed_files=changed_files)
     if module._diff:
         result["diff"] = {"before": "patches: %s\n" % ", ".join((stamp or {}).get("patches", [])),

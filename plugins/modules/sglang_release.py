@@ -114,7 +114,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves import shlex_quote
-from ansible_collections.ddtree.fleet.plugins.module_utils.fs import atomic_write
+from ansible_collections.ddtree.fleet.plugins.module_utils.fs import atomic_write, switch_link
 
 
 def env_file(env):
@@ -158,11 +158,7 @@ class Releases:
             return None
 
     def point(self, link, rid):
-        tmp = "%s.tmp-%d" % (link, os.getpid())
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        os.symlink(os.path.join("releases", rid), tmp)
-        os.replace(tmp, link)
+        switch_link(link, os.path.join("releases", rid))
 
     def describe(self):
         p = self.p

@@ -144,6 +144,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddtree.fleet.plugins.module_utils import venv_artifact as va
 from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, atomic_write, nearest_existing, require_tools, safe_relpath
+from ansible_collections.ddtree.fleet.plugins.module_utils.fs import switch_link, write_progress
 
 
 class Installer:
@@ -171,11 +172,7 @@ class Installer:
         atomic_write(self.state_file, json.dumps(data, sort_keys=True, indent=1))
 
     def point(self, link, target):
-        tmp = "%s.tmp-%d" % (link, os.getpid())
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        os.symlink(target, tmp)
-        os.replace(tmp, link)  # atomic: readers see the old or the new target, never none
+        switch_link(link, target)
 
     def clean_leftovers(self):
         cleaned = []
@@ -236,13 +233,7 @@ class Installer:
         return va.stream_unpack(argv, staging, self.progress)
 
     def progress(self, done, secs, finished=False):
-        if not self.p["progress_file"]:
-            return
-        total = self.p["artifact_bytes"] or 0
-        rate = done / secs if secs > 0 else 0
-        doc = {"bytes": done, "total": total, "seconds": round(secs, 1), "rate_bps": int(rate),
-               "eta_s": int((total - done) / rate) if rate and total > done else 0, "finished": finished}
-        atomic_write(self.p["progress_file"], json.dumps(doc))
+        write_progress(self.p["progress_file"], done, self.p["artifact_bytes"] or 0, secs, finished=finished)
 
     # actions -----------------------------------------------------------
     def import_check(self, venv):

@@ -8,7 +8,7 @@ The repository is read as a graph of references:
             its files name (ddtree.fleet.<name>, role: ..., playbook paths such as site.yml)
   playbook  -> the playbooks and task files it imports or includes, the roles, modules, filters
   role      roles/<r>/** -> the modules, filters and roles its files name
-  module    plugins/modules/<m>.py -> the module_utils it imports
+  module    plugins/modules/<m>.py (and plugins/action/<m>.py) -> the module_utils it imports
   filter    plugins/filter/<f>.py (and the filter names it defines) -> module_utils, other filter files
   module_utils  -> the module_utils it imports
 A changed file marks its node (a role's file marks the role, profiles/ the nvidia_facts role that
@@ -76,7 +76,7 @@ class Graph:
             if f.startswith("playbooks/") or f in ("site.yml",) or (f.startswith("tests/playbooks/") and f.endswith(".yml")):
                 self.add("playbook:" + f, [f])
         for m in self.modules:
-            self.add("module:" + m, ["plugins/modules/%s.py" % m])
+            self.add("module:" + m, ["plugins/modules/%s.py" % m] + [f for f in files if f == "plugins/action/%s.py" % m])
         for u in self.mus:
             self.add("mu:" + u, ["plugins/module_utils/%s.py" % u])
         for ff in self.filter_files:
@@ -144,7 +144,7 @@ class Graph:
             return "scenario:" + parts[1]
         if f.startswith("roles/") and len(parts) > 2:
             return "role:" + parts[1]
-        if f.startswith("plugins/modules/"):
+        if f.startswith(("plugins/modules/", "plugins/action/")):  # an action runs as its module's name
             return "module:" + os.path.basename(f)[:-3]
         if f.startswith("plugins/module_utils/"):
             return "mu:" + os.path.basename(f)[:-3]

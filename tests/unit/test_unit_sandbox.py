@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-TEMPLATE = ROOT / "roles" / "ddtree_service" / "templates" / "ddtree-sglang@.service.j2"
+TEMPLATE = ROOT / "roles" / "ddtree_service" / "templates" / "sglang@.service.j2"
 RECORDED = sorted((ROOT / "tests" / "device" / "recorded").glob("unit_sandbox-*.txt"))
 
 

@@ -136,10 +136,3 @@ def test_rollout_changed_names_only_instances_whose_release_moved():
     # main moved; b did not; c had no release before (a first deploy: nothing to roll back to, but it moved)
     assert [i["name"] for i in fleet.rollout_changed(inst, before, status)] == ["main", "c"]
     assert fleet.rollout_changed(inst, [], status) == []
-
-
-def test_missing_packages_reads_dpkg_query_lines():
-    lines = ["ii  openssh-server", "ii  zstd", "un  ninja-build", "rc  gcc"]
-    assert fleet.missing_packages(["openssh-server", "zstd", "ninja-build", "gcc", "g++"], lines) == ["ninja-build", "gcc", "g++"]
-    assert fleet.missing_packages(["zstd"], lines) == []
-    assert fleet.missing_packages(["zstd"], []) == ["zstd"]

@@ -15,9 +15,12 @@ def test_address_order():
 
 
 def test_worker_urls_use_the_address_and_bracket_ipv6():
+    default = [{"name": "main", "port": 30000}]
     assert fleet.worker_urls([hv("g1.example.internal"), hv("g2", ansible_host="fd00::2",
-                                                            ddtree_service_instances=[{"port": 30001}])]) == [
+                                                            ddtree_service_instances=[{"port": 30001}])], default) == [
         "http://g1.example.internal:30000", "http://[fd00::2]:30001"]
+    # a host without instances of its own has the fleet's default ones (common_instances)
+    assert fleet.worker_urls([hv("g3")], [{"port": 31000}, {"port": 31001}]) == ["http://g3:31000", "http://g3:31001"]
 
 
 KEY_A, KEY_B, KEY_C = "AAAAC3NzaC1lZDI1NTE5AAAAIA", "AAAAC3NzaC1lZDI1NTE5AAAAIB", "AAAAC3NzaC1lZDI1NTE5AAAAIC"

@@ -84,7 +84,7 @@ def gpus(affinities):
 
 def settings(**kw):
     s = dict(profile=profile("rtx_pro_6000"), gpus=gpus(["0-3,8-11"] * 2 + ["4-7,12-15"] * 2), cpu_pinning=True,
-             online_cpus=16, model_path="/m", drafter_path="/d", served_model_name="k", patches=[])
+             online_cpus=16, model_path="/m", drafter_path="/d", served_model_name="k", provides={}, unit="ddtree-sglang")
     s.update(kw)
     return s
 
@@ -111,7 +111,7 @@ def test_pinning_keeps_online_cpus_and_refuses_none():
 
 def test_vision_warmup_skip_uses_the_patch_or_skips_all_warmup():
     inst = [{"name": "a", "port": 1}]
-    with_patch = f.sglang_instances(inst, settings(patches=[f.VLM_WARMUP_PATCH]))[0]
+    with_patch = f.sglang_instances(inst, settings(provides={"skip_vision_warmup": {"SGLANG_SKIP_VLM_WARMUP": "1"}}))[0]
     without = f.sglang_instances(inst, settings())[0]
     assert with_patch["env"]["SGLANG_SKIP_VLM_WARMUP"] == "1" and "--skip-server-warmup" not in with_patch["argv"]
     assert "SGLANG_SKIP_VLM_WARMUP" not in without["env"] and "--skip-server-warmup" in without["argv"]
