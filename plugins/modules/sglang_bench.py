@@ -19,7 +19,10 @@ description:
     decodes O(output_len) tokens.
   - Measures output tokens per second over the wall time, time to first token, per-request decode
     speed, and reads the speculative accept length from C(/server_info) (C(/get_server_info)).
-  - Reads only (the server's state aside); for the full benchmark use C(python -m sglang.bench_serving).
+  - With O(venv) holding an importable C(sglang.bench_serving) (a real serving venv), that benchmark
+    runs instead (C(--backend sglang --dataset-name random-ids), the API key in its environment, never
+    in argv) and its figures are mapped to the same fields; RV(engine) says which one measured.
+  - Reads only (the server's state aside).
 options:
   url:
     description: Base URL of the server.
@@ -53,6 +56,19 @@ options:
     description: Seed of the random input ids.
     type: int
     default: 0
+  venv:
+    description: The serving venv; its C(sglang.bench_serving) measures when it imports there.
+    type: path
+  tokenizer:
+    description: The model directory (its tokenizer), for C(sglang.bench_serving).
+    type: path
+  engine:
+    description:
+      - C(auto) uses C(sglang.bench_serving) from O(venv) where it imports, else the built-in generator;
+        C(sglang) requires the former, C(builtin) the latter.
+    type: str
+    choices: [auto, sglang, builtin]
+    default: auto
 extends_documentation_fragment:
   - ddtree.fleet.attributes.read_only
 author:
@@ -76,10 +92,16 @@ results:
   sample:
     - {concurrency: 1, requests: 16, output_tokens: 4096, seconds: 13.5, output_tok_per_s: 303.4,
        ttft_ms_mean: 41.0, ttft_ms_p99: 60.2, decode_tok_per_s_per_request: 310.1, accept_length: 3.4}
+engine:
+  description: What measured, C(sglang.bench_serving) (with the venv) or C(builtin).
+  returned: always
+  type: str
 """
 
 import json
+import os
 import random
+import tempfile
 import threading
 import time
 
@@ -163,6 +185,48 @@ def accept_length(p):
     return None
 
 
+def sglang_bench_serving(module, p):
+    """The venv's python when sglang.bench_serving imports there, else None."""
+    py = os.path.join(p["venv"] or "/nonexistent", "bin", "python")
+    if not os.path.exists(py):
+        return None
+    rc, _out, _err = module.run_command([py, "-c", "import sglang.bench_serving"])
+    return py if rc == 0 else None
+
+
+def run_level_sglang(module, p, py, c):
+    """One concurrency with sglang.bench_serving; its result mapped to run_level's fields."""
+    n = max(p["num_prompts"], c)
+    fd, out = tempfile.mkstemp(prefix="ddtree-bench-", suffix=".jsonl")
+    os.close(fd)
+    argv = [py, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", p["url"].rstrip("/"),
+            "--dataset-name", "random-ids", "--random-input-len", str(p["input_len"]),
+            "--random-output-len", str(p["output_len"]), "--random-range-ratio", "1", "--num-prompts", str(n),
+            "--max-concurrency", str(c), "--seed", str(p["seed"]), "--output-file", out, "--disable-tqdm"]
+    if p["tokenizer"]:
+        argv += ["--tokenizer", p["tokenizer"]]
+    env = {"OPENAI_API_KEY": p["api_key"]} if p["api_key"] else {}  # the key in the environment, never argv
+    try:
+        rc, stdout, stderr = module.run_command(argv, environ_update=env)
+        with open(out) as f:
+            lines = [line for line in f.read().splitlines() if line.strip()]
+    finally:
+        os.unlink(out)
+    if rc != 0 or not lines:
+        tail = (stderr or stdout or "").strip().splitlines()[-5:]
+        return {"concurrency": c, "requests": 0, "errors": n, "first_error": " | ".join(tail) or "rc %d" % rc,
+                "output_tokens": 0, "seconds": 0, "output_tok_per_s": 0, "ttft_ms_mean": None, "ttft_ms_p99": None,
+                "decode_tok_per_s_per_request": None}
+    r = json.loads(lines[-1])
+    tpot = r.get("mean_tpot_ms") or 0
+    return {"concurrency": c, "requests": r.get("completed", 0), "errors": n - r.get("completed", 0), "first_error": None,
+            "output_tokens": r.get("total_output_tokens", 0), "seconds": round(r.get("duration") or 0, 2),
+            "output_tok_per_s": round(r.get("output_throughput") or 0, 1),
+            "ttft_ms_mean": round(r["mean_ttft_ms"], 1) if r.get("mean_ttft_ms") is not None else None,
+            "ttft_ms_p99": round(r["p99_ttft_ms"], 1) if r.get("p99_ttft_ms") is not None else None,
+            "decode_tok_per_s_per_request": round(1000.0 / tpot, 1) if tpot else None}
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -174,19 +238,28 @@ def main():
             output_len=dict(type="int", default=256),
             timeout=dict(type="int", default=600),
             seed=dict(type="int", default=0),
+            venv=dict(type="path"),
+            tokenizer=dict(type="path"),
+            engine=dict(type="str", choices=["auto", "sglang", "builtin"], default="auto"),
         ),
         supports_check_mode=True,
     )
     p = module.params
     rnd = random.Random(p["seed"])
+    py = sglang_bench_serving(module, p) if p["engine"] != "builtin" else None
+    if p["engine"] == "sglang" and py is None:
+        module.fail_json(msg="engine=sglang, but sglang.bench_serving does not import with %s/bin/python: use a full "
+                             "serving venv, or engine auto/builtin" % p["venv"])
+    engine = "sglang.bench_serving" if py else "builtin"
     results = []
     for c in p["concurrency"]:
-        level = run_level(p, c, rnd)
+        level = run_level_sglang(module, p, py, c) if py else run_level(p, c, rnd)
         level["accept_length"] = accept_length(p)
         results.append(level)
         if level["errors"] and not level["requests"]:
-            module.fail_json(msg="every request at concurrency %d failed: %s" % (c, level["first_error"]), results=results)
-    module.exit_json(changed=False, results=results)
+            module.fail_json(msg="every request at concurrency %d failed (%s): %s" % (c, engine, level["first_error"]),
+                             results=results, engine=engine)
+    module.exit_json(changed=False, results=results, engine=engine)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ The repository is read as a graph of references:
   module_utils  -> the module_utils it imports
 A changed file marks its node (a role's file marks the role, profiles/ the nvidia_facts role that
 reads them); a scenario is chosen when a changed node is reachable from it, and the path is the
-reason. Shared test machinery (tests/doubles, tests/playbooks, tests/image, tests/podman,
+reason. Shared test machinery (tests/doubles, tests/playbooks, tests/image, tests/podman, tests/sglang_cpu,
 molecule/_shared, scripts/, .config/, requirements/, ansible.cfg, galaxy.yml, meta/) and any file
 this script cannot place choose every scenario. Unit tests: every test file under tests/unit that
 names a changed module, filter, module_utils or role, and changed test files themselves.
@@ -27,7 +27,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EVERYTHING = ("tests/doubles/", "tests/playbooks/", "tests/image/", "tests/podman/", "tests/fixtures/",
-              "molecule/_shared/", "scripts/", ".config/", "requirements/", "ansible.cfg", "galaxy.yml",
+              "molecule/_shared/", "scripts/", ".config/", "requirements/", "ansible.cfg", "galaxy.yml", "tests/sglang_cpu/",
               "meta/", ".collections/", "tests/venv/", "tests/cuda/", "tests/router/", "tests/ansible-test/")
 NOTHING = ("docs/", "README.md", "CHANGELOG.md", "benchmarks/", ".ci/", ".github/", "LICENSE", ".gitignore",
            "tests/device/", "tests/fresh/", ".yamllint", ".ansible-lint", "ee/", "cli/", "inventories/b",

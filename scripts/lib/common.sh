@@ -123,6 +123,39 @@ ensure_wheels() {
   export "$var=$dir"
 }
 
+# The real SGLang 0.5.23 on CPU, for tests (TEST BED; tests/sglang_cpu/README.md): a venv of every
+# package in tests/sglang_cpu/requirements.txt (pinned, installed with --no-deps), built once per
+# content of that file with Debian's python3 (the test hosts' own interpreter); then the sgl_kernel
+# import shim and the tiny models of tests/sglang_cpu/make_tiny_model.py, refreshed in place when
+# either changes (seconds, not the 7 GB venv). testhosts mounts the directory at the same path in
+# every test host (an overlay), so the venv runs there as built.
+ensure_sglang_cpu() {
+  local key extras dir site
+  key=$(cd "$DDTREE_ROOT" && hash_files tests/sglang_cpu/requirements.txt)
+  extras=$(cd "$DDTREE_ROOT" && hash_files tests/sglang_cpu/shim/sgl_kernel/__init__.py tests/sglang_cpu/make_tiny_model.py)
+  dir=$DDTREE_CACHE/sglang-cpu-$key
+  site=$dir/venv/lib/python3.11/site-packages
+  if [ ! -e "$dir/.complete" ]; then
+    log "sglang-cpu: building the CPU test venv of the real sglang 0.5.23 in $dir (about 7 GB; once per tests/sglang_cpu/requirements.txt)"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    /usr/bin/python3 -m venv "$dir/venv"
+    "$dir/venv/bin/pip" install -q --no-deps -r "$DDTREE_ROOT/tests/sglang_cpu/requirements.txt" >"$dir.log" 2>&1 ||
+      { tail -20 "$dir.log" >&2; die "sglang-cpu: pip install failed (log $dir.log)"; }
+    touch "$dir/.complete"
+  fi
+  if [ ! -e "$dir/.extras-$extras" ]; then
+    log "sglang-cpu: the sgl_kernel test shim and the tiny models"
+    rm -rf "$site/sgl_kernel" "$dir/models" "$dir"/.extras-*
+    cp -r "$DDTREE_ROOT/tests/sglang_cpu/shim/sgl_kernel" "$site/"
+    "$dir/venv/bin/python" "$DDTREE_ROOT/tests/sglang_cpu/make_tiny_model.py" "$dir/models" >>"$dir.log" 2>&1 ||
+      { tail -20 "$dir.log" >&2; die "sglang-cpu: making the tiny models failed (log $dir.log)"; }
+    chmod -R a+rX "$dir"
+    touch "$dir/.extras-$extras"
+  fi
+  export DDTREE_SGLANG_CPU=$dir
+}
+
 bootstrap() {
   require_root
   mkdir -p "$DDTREE_WORK" "$ANSIBLE_HOME" "$XDG_CACHE_HOME"

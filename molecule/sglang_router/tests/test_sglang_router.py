@@ -14,7 +14,7 @@ CONVERGE = "molecule/sglang_router/converge.yml"
 
 def expected():
     out = []
-    for name, ports in (("rt-w1", [30000]), ("rt-w2", [30000, 30001])):
+    for name, ports in (("rt-w1", [30000]), ("rt-w2", [30000, 30001]), ("rt-cpu", [30000])):
         addr = other(name).ansible.get_variables()["ansible_host"]
         out += ["http://%s:%d" % (addr, p) for p in ports]
     return sorted(out)
@@ -43,6 +43,24 @@ def test_requests_reach_the_workers_through_the_router(host):
         out = host.check_output("curl -sf -X POST http://127.0.0.1:30080/generate -H 'Content-Type: application/json' "
                                 "-d '{\"text\": \"hello\", \"sampling_params\": {\"max_new_tokens\": 4}}'")
         assert json.loads(out)["text"]
+
+
+def real_requests():
+    """Requests the real server (rt-cpu) has finished, from its own /metrics."""
+    metrics = other("rt-cpu").check_output("curl -sf http://127.0.0.1:30000/metrics")
+    return sum(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("sglang:num_requests_total"))
+
+
+def test_requests_reach_the_real_server_through_the_router(host):
+    assert json.loads(other("rt-cpu").check_output("curl -sf http://127.0.0.1:30000/server_info"))["version"] == "0.5.23"
+    before = real_requests()
+    for i in range(40):  # distinct prompts spread over the four workers
+        out = host.check_output("curl -sf -X POST http://127.0.0.1:30080/generate -H 'Content-Type: application/json' "
+                                "-d '{\"text\": \"request %d of the fleet\", \"sampling_params\": {\"max_new_tokens\": 4}}'" % i)
+        assert json.loads(out)["text"] is not None
+        if real_requests() > before:
+            return
+    raise AssertionError("40 requests through the router, none reached the real server")
 
 
 def test_limited_runs_keep_every_worker(host):
