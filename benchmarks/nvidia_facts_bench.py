@@ -5,6 +5,8 @@ Reports medians and ratios (these machines are noisy, absolute times are not com
   facts_vs_q_dump     gather() time / `nvidia-smi -q` + `topo -m` (what tools that parse the full
                       dump pay for the same facts)
   nvidia_smi_calls    calls gather() made (counted by a wrapper that logs then runs the real binary)
+  health_calls        further calls the GPU health facts make (gather_health: -q, nvlink -s on NVLink)
+  health_vs_facts     (gather() + gather_health()) time / gather() time -> what the health facts cost
 
   python3 benchmarks/nvidia_facts_bench.py [--nvidia-smi PATH] [--runs N] [--json OUT]
 Against the replay double, set NVIDIA_SMI_REPLAY_ETC/_DATA and a latency file (scripts in
@@ -67,7 +69,16 @@ def main():
             subprocess.run([smi] + argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 
     query = ["--query-gpu=" + ",".join(nvidia_facts.nvidia.QUERY_FIELDS), "--format=csv,noheader,nounits"]
+    health = nvidia_facts.gather_health(nvidia_facts.NvidiaSmi(str(wrapper), 60), result)
+    health_calls = len(log.read_text().splitlines()) - calls
+
+    def facts_and_health():
+        smi_ = nvidia_facts.NvidiaSmi(str(wrapper), 60)
+        facts_, _err = nvidia_facts.gather(smi_)
+        nvidia_facts.gather_health(smi_, facts_)
+
     t_facts = median_time(facts, args.runs)
+    t_health = median_time(facts_and_health, args.runs)
     t_own = median_time(lambda: raw(query, ["topo", "-m"]), args.runs)
     q_ok = subprocess.run([smi, "-q"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode == 0
     t_q = median_time(lambda: raw(["-q"], ["topo", "-m"]), args.runs) if q_ok else None
@@ -76,6 +87,10 @@ def main():
         "family": result["family"],
         "gpu_count": result["gpu_count"],
         "nvidia_smi_calls": calls,
+        "health_read": health["read"],
+        "health_calls": health_calls,
+        "facts_with_health_median_s": round(t_health, 4),
+        "health_vs_facts": round(t_health / t_facts, 3),
         "runs": args.runs,
         "facts_median_s": round(t_facts, 4),
         "own_calls_median_s": round(t_own, 4),

@@ -32,7 +32,10 @@ options:
     type: dict
     required: true
   checks:
-    description: Which checks run; keys gpu_count, gpu_memory, homogeneous, driver, nvlink, disk, ram.
+    description: >-
+      Which checks run; keys gpu_count, gpu_memory, homogeneous, driver, nvlink, disk, ram, health. The
+      health check reads C(nvidia.health) (the nvidia_facts module's counters) against the profile's
+      C(health) thresholds; a host whose counters could not be read passes it (nvidia_facts warned).
     type: dict
     default: {}
   model_dir:
@@ -69,6 +72,7 @@ import os
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia as nvidia_mu
+from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia_health
 from ansible_collections.ddtree.fleet.plugins.module_utils.versions import version_tuple
 from ansible_collections.ddtree.fleet.plugins.filter.hosts import address, url_host
 
@@ -77,7 +81,7 @@ try:
 except ImportError:  # the report's filter says so when it is used
     jmespath = None
 
-CHECKS = ("gpu_count", "gpu_memory", "homogeneous", "driver", "nvlink", "disk", "ram")
+CHECKS = ("gpu_count", "gpu_memory", "homogeneous", "driver", "nvlink", "disk", "ram", "health")
 GIB = 1024 ** 3
 
 
@@ -123,6 +127,9 @@ def gpu_preflight(host, nvidia, profile, checks=None, model_dir=None, model_size
         if memtotal_mb < float(profile["min_ram_gib"]) * 1024:
             fails.append("%s: %.0f GiB of RAM, profile %s needs %s GiB: add memory or lower min_ram_gib in "
                          "nvidia_facts_profile_overrides" % (host, memtotal_mb / 1024.0, name, profile["min_ram_gib"]))
+    if enabled["health"]:
+        bond = nv.get("topology", {}).get("nvlink_min_links") if interconnect == "nvlink" else None
+        fails.extend(nvidia_health.problems(host, nv.get("health"), profile.get("health"), nvlink_links_expected=bond))
     return fails
 
 
@@ -144,6 +151,8 @@ ROW_QUERY = """{
   parallelism: nvidia_facts_profile.parallelism,
   group_names: group_names || `[]`,
   warnings: ansible_facts.nvidia.warnings || `[]`,
+  health: ansible_facts.nvidia.health,
+  profile_health: nvidia_facts_profile.health,
   service: ddtree_service_status || `[]`
 }"""
 
@@ -175,9 +184,22 @@ def fleet_rows(hostvars, hosts):
             "parallelism": ("tp%s ep%s dp%s" % (par.get("tp"), par.get("ep"), par.get("dp"))) if par else None,
             "groups": sorted(g for g in q["group_names"] if g.startswith("gpu_")),
             "warnings": q["warnings"],
+            "health": _health_verdict(h, q),
             "service": q["service"],
         })
     return rows
+
+
+def _health_verdict(host, q):
+    """ok, not read, or the problems against the host's profile thresholds."""
+    health = q["health"] or {}
+    if not q["present"]:
+        return {"verdict": None, "problems": []}
+    if not health.get("read"):
+        return {"verdict": "not read", "problems": [], "why": health.get("error")}
+    bond = q["nvlink_lanes"] if q["interconnect"] == "nvlink" else None
+    problems = nvidia_health.problems(host, health, q["profile_health"], nvlink_links_expected=bond)
+    return {"verdict": "FAILED" if problems else "ok", "problems": problems}
 
 
 def cuda_toolkit_problems(version, compute_caps, driver_cuda="", floor=""):

@@ -20,6 +20,13 @@ description:
   - A driver older than 510 rejects the C(compute_cap) field; the module then queries once more
     without it and takes the compute capability from a table of known models (a warning says so).
   - A failing C(topo -m) keeps the GPU facts and reports the interconnect as C(unknown).
+  - With I(health) (the default) it also reads what a health gate needs from one C(nvidia-smi -q)
+    call, plus C(nvidia-smi nvlink -s) where the topology shows NVLink. That is ECC uncorrectable counts,
+    row remapping and page retirement, PCIe link generation and width against their maximum,
+    active clock event (throttle) reasons, persistence mode, the NVSwitch fabric state, and which
+    NVLink links are down. Where the NVLink fabric is in play it also says whether
+    C(nvidia-fabricmanager) is installed and active. The verdict against the profile's thresholds is
+    the C(ddtree.fleet.gpu_preflight) filter's C(health) check.
 options:
   nvidia_smi_path:
     description: Path of nvidia-smi. By default it is looked up on C(PATH) and the system directories.
@@ -34,6 +41,12 @@ options:
     description: Seconds each nvidia-smi call may take.
     type: int
     default: 30
+  health:
+    description:
+      - Read the GPU health counters (one more nvidia-smi call, two on NVLink hosts). A failure to read
+        them is a warning and C(health.read=false), never a failure of the module.
+    type: bool
+    default: true
 extends_documentation_fragment:
   - ddtree.fleet.attributes.read_only
 attributes:
@@ -145,8 +158,48 @@ ansible_facts:
               description: NICs in the topology, with their device names from the NIC legend.
               type: list
               elements: dict
+        health:
+          description: What a health gate needs, per GPU (null where the driver does not report a counter).
+          type: complex
+          contains:
+            read: {description: The counters were read (false when I(health=false) or C(-q) failed)., type: bool}
+            sources: {description: "The nvidia-smi calls they came from (C(-q), C(nvlink -s)).", type: list, elements: str}
+            error: {description: Why they were not read., type: str}
+            gpus:
+              description: One entry per GPU, in index order.
+              type: list
+              elements: dict
+              contains:
+                index: {description: nvidia-smi index., type: int}
+                bus_id: {description: PCI bus id from C(-q)., type: str}
+                persistence_mode: {description: Persistence mode is on., type: bool}
+                ecc_mode: {description: Current ECC mode., type: str, sample: Enabled}
+                ecc_uncorrectable_volatile: {description: Uncorrectable ECC errors since the driver loaded (SRAM + DRAM)., type: int}
+                ecc_uncorrectable_aggregate: {description: Uncorrectable ECC errors over the GPU's life., type: int}
+                retired_pages_dbe: {description: Pages retired for double-bit errors (before Ampere)., type: int}
+                retired_pages_pending: {description: A page retirement waits for a reset., type: bool}
+                remapped_rows_uncorrectable: {description: Rows remapped for uncorrectable errors (Ampere and later)., type: int}
+                remapped_rows_pending: {description: A row remap waits for a GPU reset., type: bool}
+                remapped_rows_failure: {description: A row remap failed (the GPU needs service)., type: bool}
+                pcie_gen_current: {description: PCIe link generation now (idle GPUs lower it)., type: int}
+                pcie_gen_max: {description: Highest PCIe generation of GPU and host., type: int}
+                pcie_width_current: {description: PCIe link width now., type: int}
+                pcie_width_max: {description: Widest PCIe link of GPU and host., type: int}
+                throttle_active: {description: Active clock event (throttle) reasons., type: list, elements: str}
+                fabric_state: {description: "NVSwitch fabric state (C(Completed) when ready); null where not applicable.", type: str}
+                fabric_status: {description: NVSwitch fabric status (C(Success))., type: str}
+                nvlink_links: {description: NVLink links C(nvlink -s) lists; null where it was not run., type: int}
+                nvlink_inactive: {description: Ids of the links that are down., type: list, elements: int}
+            fabric:
+              description: The NVSwitch fabric manager, where the GPUs report a fabric or NVLink.
+              type: dict
+              contains:
+                manager_installed: {description: The nvidia-fabricmanager unit exists; null when not looked for., type: bool}
+                manager_active: {description: The unit is active; null when not looked for., type: bool}
         nvidia_smi_calls:
-          description: How many times nvidia-smi was run (2 normally; 3 on drivers before 510).
+          description: >-
+            How many times nvidia-smi was run: 2 without I(health), 3 with it, 4 on NVLink hosts (one more on
+            drivers before 510).
           type: int
         warnings:
           description: Things that did not stop fact gathering but deserve a look.
@@ -164,6 +217,7 @@ import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia
+from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia_health
 
 
 class NvidiaSmi:
@@ -242,12 +296,56 @@ def gather(smi):
     return facts, None
 
 
+FABRIC_MANAGER_UNITS = ("/etc/systemd/system/nvidia-fabricmanager.service",
+                        "/lib/systemd/system/nvidia-fabricmanager.service",
+                        "/usr/lib/systemd/system/nvidia-fabricmanager.service")
+
+
+def fabric_manager(systemctl):
+    """Whether nvidia-fabricmanager is installed and active (one systemctl call where installed)."""
+    installed = any(os.path.exists(p) for p in FABRIC_MANAGER_UNITS)
+    active = None
+    if installed and systemctl:
+        p = subprocess.run([systemctl, "is-active", "--quiet", "nvidia-fabricmanager.service"], check=False,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        active = p.returncode == 0
+    return {"manager_installed": installed, "manager_active": active if installed else False}
+
+
+def gather_health(smi, facts, systemctl=None):
+    """nvidia.health: one `-q` call, plus `nvlink -s` where the topology shows NVLink."""
+    rc, out = smi.run("-q")
+    if rc != 0:
+        return {"read": False, "sources": [], "error": "nvidia-smi -q failed: %s" % nvidia.classify_error(out)[1],
+                "gpus": [], "fabric": {}}
+    sources = ["-q"]
+    nvlink_text = None
+    if facts["topology"]["interconnect"] in ("nvlink", "nvlink_partial"):
+        lrc, lout = smi.run("nvlink", "-s")
+        if lrc == 0:
+            nvlink_text = lout
+            sources.append("nvlink -s")
+        else:
+            facts["warnings"].append("nvidia-smi nvlink -s failed: %s" % nvidia.classify_error(lout)[1])
+    gpus = nvidia_health.host_health(out, nvlink_text)
+    if len(gpus) != facts["gpu_count"]:
+        return {"read": False, "sources": sources, "gpus": [], "fabric": {},
+                "error": "nvidia-smi -q listed %d GPU(s), --query-gpu %d" % (len(gpus), facts["gpu_count"])}
+    for index, gpu in enumerate(gpus):
+        gpu["index"] = facts["gpus"][index]["index"]
+    fabric = {}
+    if nvlink_text or any(g["fabric_state"] for g in gpus):
+        fabric = fabric_manager(systemctl)
+    return {"read": True, "sources": sources, "error": None, "gpus": gpus, "fabric": fabric}
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             nvidia_smi_path=dict(type="path"),
             required=dict(type="bool", default=False),
             timeout=dict(type="int", default=30),
+            health=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -258,12 +356,20 @@ def main():
     else:
         smi = NvidiaSmi(path, module.params["timeout"])
         facts, error = gather(smi)
+        if facts is not None:
+            if module.params["health"]:
+                facts["health"] = gather_health(smi, facts, module.get_bin_path("systemctl"))
+                if facts["health"]["error"]:
+                    facts["warnings"].append("GPU health not read: %s" % facts["health"]["error"])
+            else:
+                facts["health"] = {"read": False, "sources": [], "error": "not asked (health=false)", "gpus": [], "fabric": {}}
         calls = smi.calls
     if facts is None:
         if module.params["required"]:
             module.fail_json(msg="%s: no usable NVIDIA GPU: %s" % (os.uname()[1], error))
         facts = nvidia.absent_facts([error])
         facts["cuda_version_source"] = None
+        facts["health"] = {"read": False, "sources": [], "error": error, "gpus": [], "fabric": {}}
     facts["nvidia_smi_calls"] = calls
     for warning in facts["warnings"]:
         module.warn(warning)

@@ -18,6 +18,8 @@ fields=$(python3 -c 'import sys; sys.path.insert(0, ".collections"); from ansibl
   LC_ALL=C nvidia-smi --query-gpu="$fields" --format=csv,noheader,nounits; } >"$OUT/query-gpu.txt" 2>&1
 LC_ALL=C nvidia-smi topo -m >"$OUT/topo-m.txt" 2>&1
 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
+LC_ALL=C nvidia-smi -q >"$OUT/q.txt" 2>&1
+LC_ALL=C nvidia-smi nvlink -s >"$OUT/nvlink-s.txt" 2>&1
 
 cat >/tmp/live-inv.yml <<INV
 all:

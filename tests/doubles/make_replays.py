@@ -8,6 +8,11 @@ Each set under tests/doubles/replays/<name>/ holds:
                "derived" = computed from the capture, "nominal" = not in any capture: a
                plausible value for that model, stated as such)
   topo-m.txt - a byte-exact copy of a real `nvidia-smi topo -m` capture (if any)
+  q.txt      - a byte-exact copy of a real `nvidia-smi -q` capture of the same machine (if any)
+  nvlink-s.txt - a byte-exact copy of a real `nvidia-smi nvlink -s` capture of the same machine (if any)
+and replays/health/ holds byte-exact copies of the real degraded `-q`/`nvlink -s` captures of
+tests/fixtures/nvidia-smi/health/, which the double serves instead of a set's own when told to
+(/etc/nvidia-smi-replay/q), so a test can present a degraded GPU.
 
 Run it after changing captures: python3 tests/doubles/make_replays.py
 """
@@ -69,7 +74,7 @@ def nominal_uuid(tag: str, i: int) -> str:
 
 
 def write(name: str, description: str, head: dict, gpus: list[dict], provenance: dict,
-          topo: str | None) -> None:
+          topo: str | None, q: str | None = None, nvlink: str | None = None) -> None:
     d = OUT / name
     if d.exists():
         shutil.rmtree(d)
@@ -80,8 +85,9 @@ def write(name: str, description: str, head: dict, gpus: list[dict], provenance:
     doc = {"description": description, "cuda_version": head.get("cuda_version"),
            "provenance": provenance, "gpus": gpus}
     (d / "gpus.json").write_text(json.dumps(doc, indent=1) + "\n")
-    if topo:
-        shutil.copyfile(CAPTURES / topo, d / "topo-m.txt")
+    for capture, target in ((topo, "topo-m.txt"), (q, "q.txt"), (nvlink, "nvlink-s.txt")):
+        if capture:
+            shutil.copyfile(CAPTURES / capture, d / target)
 
 
 def main() -> None:
@@ -92,7 +98,7 @@ def main() -> None:
     write("rtx_pro_6000_8x", "8x RTX PRO 6000 Blackwell Server Edition, PCIe only", head, gpus,
           {"rtx_pro_6000_blackwell/q__1.txt": "name, uuid, pci.bus_id, memory.total, mig.mode.current, driver_version, cuda_version",
            "nominal": "compute_cap 12.0 (sm_120; -q of this driver has no compute capability line)"},
-          "rtx_pro_6000_blackwell/topo-m__1.txt")
+          "rtx_pro_6000_blackwell/topo-m__1.txt", q="rtx_pro_6000_blackwell/q__1.txt")
 
     # B300 SXM6 x8: name/driver/compute_cap from one capture, topology from another machine.
     rows = [r.split(", ") for r in (CAPTURES / "b300/query-gpu-csv__1.txt").read_text().splitlines()[1:]]
@@ -115,7 +121,7 @@ def main() -> None:
     write("b200_8x", "8x B200 HGX, NVLink 18 links per pair", {"driver_version": drv, "cuda_version": cuda}, gpus,
           {"b200/nvidia-smi__1.txt": "index, name, pci.bus_id, memory.total, driver_version, cuda_version",
            "b200/list-L__1.txt": "uuid", "nominal": "compute_cap 10.0, mig.mode.current"},
-          "b200/topo-m__1.txt")
+          "b200/topo-m__1.txt", nvlink="b200/nvlink-s__1.txt")
 
     # H200 x8: query CSV (index, name, memory, driver) + topo from one node record.
     rows = [r.split(", ") for r in (CAPTURES / "other/h200_query-gpu-csv__1.txt").read_text().splitlines()[1:]]
@@ -134,7 +140,14 @@ def main() -> None:
              "compute_cap": f[6], "mig.mode.current": f[10]}]
     write("h200_1x", "1x H200 (live capture)", {"driver_version": f[5], "cuda_version": "13.0"}, gpus,
           {"h200-1gpu/query_gpu.csv": "every field", "h200-1gpu/version.txt": "cuda_version"},
-          "h200-1gpu/topo_m.txt")
+          "h200-1gpu/topo_m.txt", q="h200-1gpu/q.txt")
+
+    health = OUT / "health"
+    if health.exists():
+        shutil.rmtree(health)
+    health.mkdir()
+    for capture in sorted((CAPTURES / "health").glob("*.txt")):
+        shutil.copyfile(capture, health / capture.name)
 
 
 if __name__ == "__main__":

@@ -65,10 +65,21 @@ def test_topo_fail_keeps_queries(smi):
 
 
 def test_unexpected_command_is_refused(smi):
-    assert smi("b300_8x", "-q").returncode == 2
+    assert smi("b300_8x", "-q").returncode == 2  # no -q capture of that machine
+    assert smi("b300_8x", "nvlink", "-c").returncode == 2
 
 
-@pytest.mark.parametrize("replay", sorted(p.name for p in REPLAYS.iterdir()))
+def test_q_and_nvlink_are_the_captures_byte_for_byte(smi, tmp_path):
+    assert smi("rtx_pro_6000_8x", "-q").stdout.encode() == (CAPTURES / "rtx_pro_6000_blackwell" / "q__1.txt").read_bytes()
+    assert smi("b200_8x", "nvlink", "-s").stdout.encode() == (CAPTURES / "b200" / "nvlink-s__1.txt").read_bytes()
+    # a test can present a degraded GPU: the real degraded capture replaces the set's own -q
+    (tmp_path / "q").write_text("health/a10-remapped-rows-pending__1.txt")
+    out = smi("rtx_pro_6000_8x", "-q")
+    assert out.stdout.encode() == (CAPTURES / "health" / "a10-remapped-rows-pending__1.txt").read_bytes()
+    assert smi("b200_8x", "nvlink", "-s").stdout.encode() == (CAPTURES / "b200" / "nvlink-s__1.txt").read_bytes()
+
+
+@pytest.mark.parametrize("replay", sorted(p.name for p in REPLAYS.iterdir() if p.name != "health"))
 def test_replay_sets_are_consistent(replay):
     doc = json.loads((REPLAYS / replay / "gpus.json").read_text())
     fields = set(doc["gpus"][0])

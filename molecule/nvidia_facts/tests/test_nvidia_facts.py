@@ -75,3 +75,24 @@ def test_preflight_failure_names_host_value_and_fix(host):
     assert "nvf-b200: NVIDIA driver 570.211.01 is older than 580.65.06, the minimum of profile h200" in p.stdout
     assert "upgrade the driver to 580.65.06 or newer" in p.stdout
     assert "failed=1" in p.stdout
+
+
+def test_gpu_health_read_on_a_host_with_a_q_capture(rows):
+    # the RTX set replays its machine's own real -q: read, healthy (Gen1 at idle is allowed)
+    assert rows["nvf-rtx"]["health"]["verdict"] == "ok"
+    # the B300 set has no -q capture of its machine: not read, said so, not refused
+    assert rows["nvf-b300"]["health"]["verdict"] == "not read"
+
+
+def test_degraded_gpus_are_refused_naming_gpu_counter_and_threshold(host):
+    # nvf-b200's -q replaced by a real capture of 8 H100s in HW slowdown + power brake; its own
+    # nvlink -s (18 links per GPU) stays. The preflight refuses the host before anything changes.
+    host.run_test("echo health/h100-sxm-8x-hw-slowdown-power-brake__1.txt > /etc/nvidia-smi-replay/q")
+    try:
+        p = run_facts("nvf-b200")
+    finally:
+        host.run_test("rm -f /etc/nvidia-smi-replay/q")
+    assert p.returncode != 0, p.stdout[-3000:]
+    assert ("nvf-b200: GPU 0 (00000000:19:00.0) clock event reason is HW Slowdown + HW Power Brake Slowdown, the "
+            "profile allows none of HW Slowdown, HW Thermal Slowdown, HW Power Brake Slowdown, SW Thermal Slowdown") in p.stdout
+    assert "failed=1" in p.stdout

@@ -16,12 +16,16 @@ def replay(tmp_path, monkeypatch):
     monkeypatch.setenv("NVIDIA_SMI_REPLAY_DATA", str(ROOT / "tests" / "doubles" / "replays"))
     monkeypatch.setattr(nvidia_facts, "libcuda_version", lambda: None)  # no driver library here
 
-    def use(name, fault=None):
+    def use(name, fault=None, health=False, q=None):
         (tmp_path / "set").write_text(name)
         if fault:
             (tmp_path / "fault").write_text(fault)
+        if q:
+            (tmp_path / "q").write_text(q)
         smi = nvidia_facts.NvidiaSmi(str(DOUBLE), 10)
         facts, error = nvidia_facts.gather(smi)
+        if health and facts is not None:
+            facts["health"] = nvidia_facts.gather_health(smi, facts, systemctl=None)
         calls = (tmp_path / "calls.log").read_text().splitlines()
         return facts, error, calls
     return use
@@ -70,12 +74,49 @@ def test_driver_faults(replay, fault, words):
     assert facts is None and words in error and len(calls) == 1
 
 
+def test_health_is_one_more_call_on_pcie(replay):
+    facts, error, calls = replay("rtx_pro_6000_8x", health=True)
+    assert error is None and calls[2:] == ["-q"]
+    health = facts["health"]
+    assert (health["read"], health["sources"], len(health["gpus"])) == (True, ["-q"], 8)
+    gpu = health["gpus"][0]
+    # the real capture: an idle GPU at PCIe Gen1 of 5, full x16, no ECC errors, no fabric
+    assert (gpu["index"], gpu["pcie_gen_current"], gpu["pcie_gen_max"], gpu["pcie_width_current"]) == (0, 1, 5, 16)
+    assert (gpu["ecc_uncorrectable_volatile"], gpu["remapped_rows_pending"], gpu["fabric_state"]) == (0, False, None)
+    assert health["fabric"] == {}  # no NVLink and no fabric state: fabric manager not looked for
+
+
+def test_health_reads_nvlink_links_on_nvlink_hosts(replay):
+    # the B200 set has its own nvlink -s capture; -q comes from a real degraded 8-GPU H100 capture
+    facts, error, calls = replay("b200_8x", health=True, q="health/h100-sxm-8x-hw-slowdown-power-brake__1.txt")
+    assert error is None and calls[2:] == ["-q", "nvlink -s"]
+    health = facts["health"]
+    assert health["sources"] == ["-q", "nvlink -s"]
+    assert [(g["nvlink_links"], g["nvlink_inactive"]) for g in health["gpus"]] == [(18, [])] * 8
+    assert health["gpus"][3]["throttle_active"] == ["HW Slowdown", "HW Power Brake Slowdown"]
+    assert health["fabric"]["manager_installed"] in (True, False)
+
+
+def test_health_not_captured_is_a_warning_not_a_failure(replay):
+    facts, error, calls = replay("b300_8x", health=True)
+    assert error is None and calls[2:] == ["-q"]
+    assert facts["health"]["read"] is False and "nvidia-smi -q failed" in facts["health"]["error"]
+    assert facts["gpu_count"] == 8  # the GPU facts stand
+
+
 def test_module_through_ansible(replay, run_module):
     replay("rtx_pro_6000_8x")
     res = run_module("nvidia_facts", nvidia_smi_path=str(DOUBLE))
     assert res["changed"] is False
     nv = res["ansible_facts"]["nvidia"]
-    assert (nv["present"], nv["family"], nv["gpu_count"], nv["nvidia_smi_calls"]) == (True, "rtx_pro_6000", 8, 2)
+    assert (nv["present"], nv["family"], nv["gpu_count"], nv["nvidia_smi_calls"]) == (True, "rtx_pro_6000", 8, 3)
+    assert nv["health"]["read"] is True and len(nv["health"]["gpus"]) == 8
+
+
+def test_module_health_off_is_two_calls(replay, run_module):
+    replay("rtx_pro_6000_8x")
+    nv = run_module("nvidia_facts", nvidia_smi_path=str(DOUBLE), health=False)["ansible_facts"]["nvidia"]
+    assert nv["nvidia_smi_calls"] == 2 and nv["health"]["read"] is False
 
 
 def test_module_absent_driver_not_required(tmp_path, run_module):
