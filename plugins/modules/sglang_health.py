@@ -18,6 +18,10 @@ description:
     older servers) and compares it with the values the server was started with (drift).
   - While waiting it watches the systemd unit, so a crashed or crash-looping server fails the gate at
     once instead of at the timeout. Reads only.
+  - With I(prompts) it then sends each prompt to C(/generate) greedily (temperature 0) and returns the
+    output token ids; with I(reference) it compares them (correctness), with I(accept_length_floor) it
+    checks the accept length SGLang reports per request (C(meta_info.spec_accept_length), the field
+    DFLASH, EAGLE and STANDALONE all fill). The rules are in C(plugins/module_utils/sglang_gate.py).
 options:
   url:
     description: Base URL of the server.
@@ -46,6 +50,27 @@ options:
   api_key:
     description: API key for C(/v1/models) and C(/server_info) (the health endpoints need none); never logged.
     type: str
+  prompts:
+    description: Fixed prompts sent greedily to C(/generate) after the server is up; empty sends none.
+    type: list
+    elements: str
+    default: []
+  output_len:
+    description: Tokens generated per prompt (C(max_new_tokens), with C(ignore_eos)).
+    type: int
+    default: 32
+  reference:
+    description:
+      - "The autoregressive outputs to compare with, C({outputs: [[token ids] per prompt], host: NAME,
+        release: ID}). Omitted or empty, nothing is compared."
+    type: dict
+  min_prefix:
+    description: Tokens each output must share with the reference before it may depart from it.
+    type: int
+    default: 16
+  accept_length_floor:
+    description: The mean accept length the gate requests must reach; omitted, acceptance is not checked.
+    type: float
 extends_documentation_fragment:
   - ddtree.fleet.attributes.read_only
 author:
@@ -78,6 +103,20 @@ drift:
   description: "Keys whose value differs: key: {expected, actual}."
   returned: always
   type: dict
+outputs:
+  description: Greedy output token ids, one list per prompt (the reference of an autoregressive server).
+  returned: when prompts were given
+  type: list
+  elements: list
+accept_length:
+  description: Mean C(meta_info.spec_accept_length) over the prompts; null when the server reported none.
+  returned: when prompts were given
+  type: float
+gate_problems:
+  description: Why the correctness or acceptance check failed; empty when both pass or were not asked.
+  returned: always
+  type: list
+  elements: str
 """
 
 import json
@@ -85,6 +124,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
+from ansible_collections.ddtree.fleet.plugins.module_utils import sglang_gate
 
 
 def get(url, api_key=None, timeout=10):
@@ -94,6 +134,25 @@ def get(url, api_key=None, timeout=10):
         return r.getcode(), r.read()
     except Exception as e:  # pylint: disable=broad-except
         return getattr(e, "code", None), str(getattr(e, "reason", e)).encode()
+
+
+def generate(base, prompt, max_new_tokens, api_key=None, timeout=600):
+    """One greedy /generate: (output token ids, spec_accept_length or None, error or None)."""
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = "Bearer %s" % api_key
+    body = json.dumps({"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens,
+                                                           "ignore_eos": True}})
+    try:
+        r = open_url(base + "/generate", data=body, headers=headers, method="POST", timeout=timeout, validate_certs=False)
+        out = json.loads(r.read())
+    except Exception as e:  # pylint: disable=broad-except
+        return None, None, "POST /generate failed: %s" % getattr(e, "reason", e)
+    meta = out.get("meta_info") or {}
+    ids = out.get("output_ids")
+    if ids is None:
+        return None, None, "/generate answered without output_ids"
+    return list(ids), meta.get("spec_accept_length"), None
 
 
 def unit_state(module, unit):
@@ -120,13 +179,18 @@ def main():
             interval=dict(type="float", default=5),
             unit=dict(type="str", default=""),
             api_key=dict(type="str", no_log=True),
+            prompts=dict(type="list", elements="str", default=[]),
+            output_len=dict(type="int", default=32),
+            reference=dict(type="dict"),
+            min_prefix=dict(type="int", default=16),
+            accept_length_floor=dict(type="float"),
         ),
         supports_check_mode=True,
     )
     p = module.params
     base = p["url"].rstrip("/")
     start = time.time()
-    result = dict(changed=False, healthy=False, seconds=0.0, drift={})
+    result = dict(changed=False, healthy=False, seconds=0.0, drift={}, gate_problems=[])
     restarts0 = unit_state(module, p["unit"]).get("NRestarts") if p["unit"] else None
     last = None
     while True:
@@ -164,6 +228,23 @@ def main():
     if result["drift"]:
         module.fail_json(msg="the server runs with other settings than it was given: %s" % "; ".join(
             "%s is %s, expected %s" % (k, d["actual"], d["expected"]) for k, d in sorted(result["drift"].items())), **result)
+    if p["prompts"]:
+        outputs, lengths = [], []
+        for prompt in p["prompts"]:
+            ids, length, error = generate(base, prompt, p["output_len"], p["api_key"])
+            if error:
+                module.fail_json(msg="%s: the gate request failed: %s" % (base, error), **result)
+            outputs.append(ids)
+            lengths.append(length)
+        result["outputs"], result["accept_length"] = outputs, sglang_gate.mean(lengths)
+        if p["reference"]:
+            result["gate_problems"] += ["correctness against %s (release %s): %s" % (
+                p["reference"].get("host"), p["reference"].get("release"), problem)
+                for problem in sglang_gate.correctness_problems(outputs, p["reference"], p["min_prefix"])]
+        result["gate_problems"] += ["acceptance: " + problem
+                                    for problem in sglang_gate.acceptance_problems(lengths, p["accept_length_floor"])]
+        if result["gate_problems"]:
+            module.fail_json(msg="%s is up but not admitted: %s" % (base, "; ".join(result["gate_problems"])), **result)
     result["healthy"] = True
     module.exit_json(**result)
 

@@ -25,6 +25,12 @@ argv>", "mode": ...}; the first entry whose match is in the command line applies
   slow_start:N     load for N seconds before /health_generate answers 200
   wrong_model      /v1/models lists another name
   drift:KEY=VALUE  /server_info reports KEY=VALUE instead of the flag's value
+  wrong_tokens_after:N  with a speculative algorithm, greedy output ids depart from the
+                   autoregressive ones from position N on (a kernel or CUDA-graph bug that keeps
+                   the server "healthy")
+  accept_collapsed with a speculative algorithm, accept length 1.0 (no draft token accepted)
+Greedy output: /generate returns output_ids, a deterministic function of the prompt and the
+position (the same with and without speculation, as greedy decoding must be).
 Load time: --double-load-seconds is not used (unknown flags are refused by the flag contract);
 the env DDTREE_SGLANG_DOUBLE_LOAD_S (default 1) sets it.
 """
@@ -108,6 +114,21 @@ class State:
     def ready(self):
         return time.time() >= self.ready_at
 
+    def accept_length(self):
+        """What SGLang reports per request: None without speculation, 1.0 when every draft is rejected."""
+        if not self.args.get("speculative_algorithm"):
+            return None
+        return 1.0 if self.fault == "accept_collapsed" else 3.4
+
+    def output_ids(self, prompt, n):
+        """Greedy token ids: a function of the prompt and the position alone, unless a fault says otherwise."""
+        seed = sum(prompt.encode()) % 997
+        ids = [(seed * 31 + 7 * i) % 50000 for i in range(n)]
+        if self.fault.startswith("wrong_tokens_after:") and self.args.get("speculative_algorithm"):
+            cut = int(self.fault.split(":", 1)[1])
+            ids = ids[:cut] + [(x + 1) % 50000 for x in ids[cut:]]
+        return ids
+
     def served_name(self):
         if self.fault == "wrong_model":
             return "not-the-model"
@@ -120,7 +141,7 @@ class State:
         if self.fault.startswith("drift:"):
             k, v = self.fault.split(":", 1)[1].split("=", 1)
             info[k] = int(v) if v.isdigit() else v
-        info.update(version=VERSION, internal_states=[{"avg_spec_accept_length": 3.4 if info.get("speculative_algorithm") else 1.0}])
+        info.update(version=VERSION, internal_states=[{"avg_spec_accept_length": self.accept_length() or 1.0}])
         return info
 
 
@@ -181,7 +202,7 @@ def make_handler(state):
                 # paced against the start, so the per-token work does not add up (on a loaded host
                 # it used to bring the 2.15x model down to 1.5x)
                 time.sleep(max(0.0, start + k * delay - time.monotonic()))
-                meta = {"completion_tokens": k, "prompt_tokens": 8, "spec_accept_length": 3.4}
+                meta = {"completion_tokens": k, "prompt_tokens": 8, "spec_accept_length": state.accept_length()}
                 chunk = {"text": " ".join(["tok"] * k), "meta_info": meta}
                 self.wfile.write(("data: %s\n\n" % json.dumps(chunk)).encode())
                 self.wfile.flush()
@@ -218,8 +239,11 @@ def make_handler(state):
                 return self.send(200, {"id": "cmpl-double", "object": "text_completion", "model": state.served_name(),
                                        "choices": [{"index": 0, "text": text, "finish_reason": "length"}], "usage": usage})
             if self.path.startswith("/generate"):
-                return self.send(200, {"text": text, "meta_info": {"completion_tokens": n, "prompt_tokens": 8,
-                                                                   "spec_accept_length": 3.4}})
+                meta = {"completion_tokens": n, "prompt_tokens": 8}
+                if state.accept_length() is not None:
+                    meta["spec_accept_length"] = state.accept_length()
+                return self.send(200, {"text": text, "output_ids": state.output_ids(str(body.get("text") or ""), n),
+                                       "meta_info": meta})
             return self.send(404, {"error": "not found"})
 
     return Handler

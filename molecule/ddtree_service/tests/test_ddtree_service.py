@@ -171,7 +171,7 @@ def test_failing_health_gate_restores_the_previous_release(host):
                                 {"match": "--max-running-requests 97", "mode": "crash"}]))
     r = deploy(*overrides(max_running_requests=96), limit="svc-b300")
     assert r.returncode != 0
-    assert "failed its health gate" in r.text and "Restored the previous release %s: healthy again" % good in r.text, r.text
+    assert "failed its admission gate" in r.text and "Restored the previous release %s: healthy again" % good in r.text, r.text
     assert "Journal tail" in r.text and "fault=unhealthy" in r.text
     assert current(host, "main") == good
     assert json.loads(http(host, 30000, "/server_info")[1])["max_running_requests"] == 128
@@ -183,6 +183,37 @@ def test_failing_health_gate_restores_the_previous_release(host):
     assert current(host, "main") == good
     assert "Restored the previous release %s: healthy again" % good in r.text, r.text
     assert http(host, 30000, "/health_generate", key=None)[0] == 200
+
+
+def test_correctness_and_acceptance_gates_refuse_a_bad_release(host, tmp_path, monkeypatch):
+    """An autoregressive deploy records the reference; a speculative release whose greedy output
+    departs from it, or whose drafts are not accepted, is refused and the previous one restored."""
+    if name(host) != "svc-b300":
+        pytest.skip("driven once, from svc-b300")
+    monkeypatch.setenv("DDTREE_REPORT_DIR", str(tmp_path))
+    good = current(host, "main")
+    r = deploy("-e", "ddtree_service_algorithm=none", limit="svc-b300")
+    assert r.returncode == 0, r.text
+    ref = json.loads((tmp_path / "references" / "kimi-k2.6" / "svc-b300-main.json").read_text())
+    assert (ref["host"], ref["instance"], ref["family"], ref["max_new_tokens"]) == ("svc-b300", "main", "b300", 32)
+    assert len(ref["outputs"]) == 4 and all(len(o) == 32 for o in ref["outputs"])
+    r = deploy(limit="svc-b300")  # DFLASH again: same greedy output, accept length 3.4 >= 1.5
+    assert r.returncode == 0, r.text
+    assert current(host, "main") == good
+    host.run_test("mkdir -p /etc/ddtree-sglang-double && echo '%s' > /etc/ddtree-sglang-double/faults.json"
+                  % json.dumps([{"match": "--max-running-requests 95", "mode": "wrong_tokens_after:3"},
+                                {"match": "--max-running-requests 94", "mode": "accept_collapsed"}]))
+    r = deploy(*overrides(max_running_requests=95), limit="svc-b300")
+    assert r.returncode != 0
+    assert "failed its admission gate" in r.text and "correctness against svc-b300" in r.text, r.text
+    assert "prompt 0: output departs from the reference at token 3" in r.text, r.text
+    assert "Restored the previous release %s: healthy again" % good in r.text, r.text
+    assert current(host, "main") == good
+    r = deploy(*overrides(max_running_requests=94), limit="svc-b300")
+    assert r.returncode != 0
+    assert "acceptance: mean accept length 1.00 over 4 requests is under the floor 1.50" in r.text, r.text
+    assert current(host, "main") == good
+    assert json.loads(http(host, 30000, "/server_info")[1])["max_running_requests"] == 128
 
 
 def test_ddtree_without_a_ddtree_series_is_refused_before_any_change(host):
@@ -224,7 +255,8 @@ def test_bench_measures_baseline_and_speculative_and_restores(host, tmp_path, mo
     rep = playbook("playbooks/report.yml", limit=None)
     assert rep.returncode == 0, rep.text
     md = (tmp_path / "fleet.md").read_text()
-    assert "| svc-b300 | b300 | DFLASH | 1 |" in md
+    # the stand-in's venv has no importable sglang.bench_serving: the built-in generator measured
+    assert row["engine"] == "builtin" and "| svc-b300 | b300 | DFLASH | builtin | 1 |" in md
 
 
 def test_second_run_and_check_mode_change_nothing(host):

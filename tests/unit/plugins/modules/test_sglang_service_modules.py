@@ -104,3 +104,43 @@ def test_gate_reports_drift_wrong_model_and_timeout(run_module, server):
     start = time.time()
     r = run_module("sglang_health", url=bad, model="kimi", timeout=2, interval=0.2)
     assert r["failed"] and "did not answer 200 within 2s" in r["msg"] and time.time() - start < 15
+
+
+PROMPTS = ["The capital of France is", "def fibonacci(n):"]
+
+
+def test_gate_records_then_admits_a_correct_speculative_release(run_module, server):
+    # autoregressive: the outputs are the reference
+    ref = run_module("sglang_health", url=server(), model="kimi", prompts=PROMPTS, output_len=24,
+                     timeout=20, interval=0.2)
+    assert ref["healthy"] and len(ref["outputs"]) == 2 and len(ref["outputs"][0]) == 24
+    assert ref["accept_length"] is None  # no speculation, no accept length
+    # speculative, same greedy output, accept length over the floor: admitted
+    spec = server("--speculative-algorithm", "DFLASH")
+    r = run_module("sglang_health", url=spec, model="kimi", prompts=PROMPTS, output_len=24, timeout=20, interval=0.2,
+                   reference={"outputs": ref["outputs"], "host": "h1", "release": "r1"}, accept_length_floor=1.5)
+    assert r["healthy"] and r["gate_problems"] == [] and r["outputs"] == ref["outputs"] and r["accept_length"] == 3.4
+
+
+def test_gate_refuses_wrong_tokens_naming_prompt_and_position(run_module, server):
+    ref = run_module("sglang_health", url=server(), model="kimi", prompts=PROMPTS, output_len=24, timeout=20, interval=0.2)
+    bad = server("--speculative-algorithm", "DFLASH", faults=[{"match": "DFLASH", "mode": "wrong_tokens_after:5"}])
+    reference = {"outputs": ref["outputs"], "host": "h1", "release": "r1"}
+    r = run_module("sglang_health", url=bad, model="kimi", prompts=PROMPTS, output_len=24, timeout=20, interval=0.2,
+                   reference=reference, min_prefix=16)
+    assert r["failed"] and not r["healthy"]
+    assert "is up but not admitted" in r["msg"]
+    assert "correctness against h1 (release r1): prompt 0: output departs from the reference at token 5" in r["msg"]
+    assert "the tolerance is 16 matching tokens" in r["msg"]
+    # a divergence after the tolerance is accepted (GPU arithmetic is not bit-stable)
+    r = run_module("sglang_health", url=bad, model="kimi", prompts=PROMPTS, output_len=24, timeout=20, interval=0.2,
+                   reference=reference, min_prefix=4)
+    assert r["healthy"]
+
+
+def test_gate_refuses_collapsed_acceptance_with_measured_and_expected(run_module, server):
+    bad = server("--speculative-algorithm", "DFLASH", faults=[{"match": "DFLASH", "mode": "accept_collapsed"}])
+    r = run_module("sglang_health", url=bad, model="kimi", prompts=PROMPTS, output_len=8, timeout=20, interval=0.2,
+                   accept_length_floor=1.5)
+    assert r["failed"] and r["accept_length"] == 1.0
+    assert "acceptance: mean accept length 1.00 over 2 requests is under the floor 1.50" in r["msg"]

@@ -1,0 +1,69 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, ddtree.fleet developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The output-correctness and draft-acceptance verdicts of the admission gate (sglang_health).
+
+Correctness: speculative decoding must not change greedy output. The reference is the greedy
+(temperature 0) output of the same prompts from an autoregressive server (algorithm none): the same
+host's when recorded, else another host's serving the same model. Outputs are compared as token ids.
+GPU arithmetic is not bit-stable across batch shapes (the verify pass runs the target on a tree of
+draft tokens, the autoregressive pass one token at a time), so two correct servers may part at a
+near-tie late in a long output; the tolerance is the first divergence position: every prompt must
+agree with the reference on at least its first `min_prefix` tokens (all of them when the output
+is shorter). A kernel or CUDA-graph bug that garbles output diverges within the first tokens.
+
+Acceptance: the mean accept length SGLang reports per request (`meta_info.spec_accept_length`:
+completion tokens / verify passes; 1.0 means no draft token was ever accepted) must reach the
+profile's floor.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+def first_divergence(output, reference):
+    """Index of the first token where the two id lists differ; None when one is a prefix of the other."""
+    for i, (a, b) in enumerate(zip(output, reference)):
+        if a != b:
+            return i
+    return None
+
+
+def correctness_problems(outputs, reference, min_prefix):
+    """Why `outputs` (one token-id list per prompt) fail against `reference` ({"outputs": [...],
+    "host": .., "release": ..}); an empty list when they pass."""
+    ref_outputs = (reference or {}).get("outputs") or []
+    if len(ref_outputs) != len(outputs):
+        return ["the reference has %d outputs for %d prompts: record it again (a deploy with algorithm none)"
+                % (len(ref_outputs), len(outputs))]
+    problems = []
+    for i, (out, ref) in enumerate(zip(outputs, ref_outputs)):
+        pos = first_divergence(out, ref)
+        need = min(int(min_prefix), len(ref), len(out)) if out else min(int(min_prefix), len(ref))
+        if not out and ref:
+            problems.append("prompt %d: no output tokens, the reference has %d" % (i, len(ref)))
+        elif pos is not None and pos < need:
+            problems.append("prompt %d: output departs from the reference at token %d (id %s, reference %s); "
+                            "the tolerance is %d matching tokens" % (i, pos, out[pos], ref[pos], need))
+    return problems
+
+
+def acceptance_problems(lengths, floor):
+    """Why the measured accept lengths fail the floor; empty when they pass or there is no floor."""
+    if floor is None:
+        return []
+    measured = [float(x) for x in lengths if x is not None]
+    if not measured:
+        return ["the server reported no accept length (meta_info.spec_accept_length) for %d gate requests: is "
+                "speculative decoding on?" % len(lengths)]
+    mean = sum(measured) / len(measured)
+    if mean < float(floor):
+        return ["mean accept length %.2f over %d requests is under the floor %.2f: the draft model is not accepted "
+                "(wrong or mismatched drafter, or a broken patch)" % (mean, len(measured), float(floor))]
+    return []
+
+
+def mean(values):
+    values = [float(v) for v in values if v is not None]
+    return round(sum(values) / len(values), 3) if values else None

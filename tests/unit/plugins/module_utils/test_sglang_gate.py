@@ -1,0 +1,31 @@
+"""The correctness and acceptance verdicts (plugins/module_utils/sglang_gate.py)."""
+from ansible_collections.ddtree.fleet.plugins.module_utils import sglang_gate as g
+
+
+def test_first_divergence():
+    assert g.first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert g.first_divergence([1, 2], [1, 2, 3]) is None
+    assert g.first_divergence([1, 9, 3], [1, 2, 3]) == 1
+
+
+def test_correctness_tolerance_is_the_first_divergence_position():
+    ref = {"outputs": [[1, 2, 3, 4, 5, 6]]}
+    assert g.correctness_problems([[1, 2, 3, 4, 5, 6]], ref, 4) == []
+    assert g.correctness_problems([[1, 2, 3, 4, 9, 9]], ref, 4) == []       # departs at 4: tolerated
+    problems = g.correctness_problems([[1, 2, 9, 4, 5, 6]], ref, 4)          # departs at 2: refused
+    assert problems == ["prompt 0: output departs from the reference at token 2 (id 9, reference 3); "
+                        "the tolerance is 4 matching tokens"]
+    # a tolerance longer than the outputs means the whole output must match
+    assert g.correctness_problems([[1, 2, 3, 4, 5, 7]], ref, 32)
+    assert g.correctness_problems([[]], ref, 4) == ["prompt 0: no output tokens, the reference has 6"]
+    assert "record it again" in g.correctness_problems([[1], [2]], ref, 4)[0]
+
+
+def test_acceptance_floor():
+    assert g.acceptance_problems([3.4, 2.9], 1.5) == []
+    assert g.acceptance_problems([1.0, 1.03], 1.5) == [
+        "mean accept length 1.02 over 2 requests is under the floor 1.50: the draft model is not accepted "
+        "(wrong or mismatched drafter, or a broken patch)"]
+    assert g.acceptance_problems([None, None], 1.5)[0].startswith("the server reported no accept length")
+    assert g.acceptance_problems([1.0], None) == []
+    assert g.mean([1.0, None, 2.0]) == 1.5 and g.mean([]) is None
