@@ -15,7 +15,7 @@ description:
   - Returns the list of preflight failures of one host, each naming the host, the value found,
     what the profile needs and the fix. An empty list means the host passes.
   - This file also holds C(fleet_rows), C(cuda_toolkit_problems), C(bench_levels), C(bench_gate),
-    C(rollout_changed) and C(worker_urls); each is documented in its own file beside
+    C(rollout_changed), C(dcgm_failures) and C(worker_urls); each is documented in its own file beside
     this one (C(ansible-doc -t filter ddtree.fleet.NAME)).
 positional: nvidia, profile
 options:
@@ -202,6 +202,17 @@ def _health_verdict(host, q):
     return {"verdict": "FAILED" if problems else "ok", "problems": problems}
 
 
+def dcgm_failures(output):
+    """Failed tests of `dcgmi diag -j` output (text or parsed JSON)."""
+    import json
+    if isinstance(output, str):
+        try:
+            output = json.loads(output)
+        except ValueError as e:
+            raise AnsibleFilterError("dcgm_failures: dcgmi diag -j did not print JSON (%s): %s" % (e, output[:300]))
+    return nvidia_health.dcgm_failures(output)
+
+
 def cuda_toolkit_problems(version, compute_caps, driver_cuda="", floor=""):
     """Why a CUDA toolkit version cannot serve a host (module_utils/nvidia.py holds the table)."""
     return nvidia_mu.toolkit_problems(version, compute_caps, driver_cuda or None, floor or None)
@@ -250,9 +261,12 @@ def rollout_changed(instances, before, status):
 
 def worker_urls(hostvars_list, instances):
     """http://<address>:<port> of every instance of the given hosts: their ddtree_service_instances, else
-    `instances` (common_instances: hostvars of another host do not hold role defaults)."""
+    `instances` (common_instances: hostvars of another host do not hold role defaults). A host this run
+    refused (preflight: nvidia_facts_refused; admission gate: ddtree_service_refused) is left out."""
     out = []
     for hv in hostvars_list:
+        if any(str(hv.get(flag)).lower() in ("true", "yes", "1") for flag in ("nvidia_facts_refused", "ddtree_service_refused")):
+            continue
         addr = url_host(address(hv))
         for inst in hv.get("ddtree_service_instances") or instances:
             out.append("http://%s:%s" % (addr, inst["port"]))
@@ -263,4 +277,4 @@ class FilterModule:
     def filters(self):
         return {"gpu_preflight": gpu_preflight, "fleet_rows": fleet_rows, "cuda_toolkit_problems": cuda_toolkit_problems,
                 "bench_levels": bench_levels, "worker_urls": worker_urls, "bench_gate": bench_gate,
-                "rollout_changed": rollout_changed}
+                "rollout_changed": rollout_changed, "dcgm_failures": dcgm_failures}

@@ -286,3 +286,40 @@ def problems(host, health, thresholds, nvlink_links_expected=None):
                        "CUDA does not initialise on an NVSwitch system before it does"
                        % (_word(fabric.get("manager_installed")), _word(fabric.get("manager_active"))))
     return out
+
+
+def dcgm_failures(doc):
+    """Failed tests of `dcgmi diag -r N -j` output (parsed JSON), as "category / test: detail" lines.
+
+    The JSON layout changed between DCGM releases (top key "DCGM GPU Diagnostic" or "DCGM
+    Diagnostic", results per GPU or per entity), so this walks it: every result whose status is
+    Fail counts, with the nearest test and category names and the result's warning or info text.
+    """
+    out = []
+
+    def text(result):
+        for key in ("warnings", "warning", "info"):
+            value = result.get(key)
+            if isinstance(value, list):
+                value = "; ".join(str(v.get("warning", v) if isinstance(v, dict) else v) for v in value)
+            if value:
+                return str(value)
+        return ""
+
+    def walk(node, category=None, test=None):
+        if isinstance(node, dict):
+            category = node.get("category", category)
+            test = node.get("name", test) if "results" in node or "status" not in node else test
+            status = node.get("status")
+            if isinstance(status, str) and status.lower() == "fail":
+                gpu = node.get("gpu_id", node.get("entity_id"))
+                out.append("%s / %s%s: %s" % (category or "?", test or "?", (" GPU %s" % gpu) if gpu is not None else "",
+                                              text(node) or "failed"))
+            for value in node.values():
+                walk(value, category, test)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, category, test)
+
+    walk(doc)
+    return out

@@ -99,6 +99,30 @@ def test_report_alone_reads_what_each_host_serves(host):
     assert "UNHEALTHY" in Path(fleet_json.parent, "fleet.md").read_text()
 
 
+def main_pid(name):
+    return other(name).check_output("systemctl show -P MainPID ddtree-sglang@main.service")
+
+
+def test_a_degraded_gpu_host_is_refused_and_stays_out_of_the_router(host):
+    """fl-rtx-1's nvidia-smi -q replays a real capture of 8 GPUs in HW slowdown + power brake: site.yml
+    refuses it in the preflight (its server is not touched) and the router leaves it out; healthy
+    again, the next run lets it back in."""
+    rtx = other("fl-rtx-1")
+    pid = main_pid("fl-rtx-1")
+    rtx.run_test("echo health/h100-sxm-8x-hw-slowdown-power-brake__1.txt > /etc/nvidia-smi-replay/q")
+    try:
+        r = playbook("site.yml")
+    finally:
+        rtx.run_test("rm -f /etc/nvidia-smi-replay/q")
+    assert r.returncode != 0
+    assert "fl-rtx-1: GPU 0 (00000000:19:00.0) clock event reason is HW Slowdown + HW Power Brake Slowdown" in r.text, r.text[-3000:]
+    assert sorted(w["url"] for w in workers(host)) == sorted([url_of("fl-b300-1"), url_of("fl-b300-2")])
+    assert main_pid("fl-rtx-1") == pid  # refused before its service changed
+    r = playbook("site.yml")
+    assert r.returncode == 0, r.text[-3000:]
+    assert sorted(w["url"] for w in workers(host)) == sorted(url_of(n) for n in GPU)
+
+
 def test_bench_gate_refuses_a_slower_release(host):
     """bench.yml records the host's figures; a rollout that would serve autoregressively passes its
     health gate but not its bench gate: rolled back and kept out; rolled again without the change,
@@ -128,7 +152,7 @@ def test_rollout_with_a_failing_host(host):
     other("fl-b300-2").run_test("mkdir -p /etc/ddtree-sglang-double && echo '%s' > /etc/ddtree-sglang-double/faults.json"
                                 % json.dumps([{"match": "--max-running-requests 100", "mode": "unhealthy"}]))
     r, samples = rollout(host, CHANGE)
-    assert r.returncode != 0 and "fl-b300-2" in r.text and "failed its health gate" in r.text, r.text
+    assert r.returncode != 0 and "fl-b300-2" in r.text and "failed its admission gate" in r.text, r.text
     # canary: updated, serving the new settings, back in the router
     assert release("fl-b300-1") != before["fl-b300-1"] and info("fl-b300-1")["max_running_requests"] == 100
     # the failing host: its previous release restored and healthy, but kept out of the router

@@ -23,6 +23,13 @@ def test_worker_urls_use_the_address_and_bracket_ipv6():
     assert fleet.worker_urls([hv("g3")], [{"port": 31000}, {"port": 31001}]) == ["http://g3:31000", "http://g3:31001"]
 
 
+def test_worker_urls_leave_out_hosts_this_run_refused():
+    default = [{"name": "main", "port": 30000}]
+    hosts = [hv("ok"), hv("sick", nvidia_facts_refused=True), hv("bad", ddtree_service_refused=True),
+             hv("fine", nvidia_facts_refused=False, ddtree_service_refused=False)]
+    assert fleet.worker_urls(hosts, default) == ["http://ok:30000", "http://fine:30000"]
+
+
 KEY_A, KEY_B, KEY_C = "AAAAC3NzaC1lZDI1NTE5AAAAIA", "AAAAC3NzaC1lZDI1NTE5AAAAIB", "AAAAC3NzaC1lZDI1NTE5AAAAIC"
 
 

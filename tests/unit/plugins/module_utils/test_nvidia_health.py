@@ -137,3 +137,18 @@ GPU 00000000:04:00.0
     assert (gpu["ecc_uncorrectable_volatile"], gpu["retired_pages_dbe"], gpu["retired_pages_pending"]) == (2, 2, True)
     assert gpu["throttle_active"] == ["HW Slowdown"] and gpu["persistence_mode"] is False
     assert gpu["remapped_rows_pending"] is None  # not reported: no verdict, no guess
+
+
+def test_dcgm_failures_walks_either_layout():
+    # SYNTHETIC (no public capture of a failing run found): the two top-level layouts DCGM's JSON schema has had
+    old = {"DCGM GPU Diagnostic": {"test_categories": [
+        {"category": "Deployment", "tests": [{"name": "Blacklist", "results": [{"status": "Pass"}]}]},
+        {"category": "Hardware", "tests": [{"name": "GPU Memory", "results": [
+            {"gpu_id": "0", "status": "Pass"},
+            {"gpu_id": "3", "status": "Fail", "warnings": [{"warning": "Row remap pending", "error_id": 1}]}]}]}]}}
+    assert nh.dcgm_failures(old) == ["Hardware / GPU Memory GPU 3: Row remap pending"]
+    new = {"DCGM Diagnostic": {"test_categories": [{"category": "Integration", "tests": [
+        {"name": "pcie", "results": [{"entity_id": 1, "status": "Fail", "info": "bandwidth under threshold"}]},
+        {"name": "nvlink", "results": [{"entity_id": 1, "status": "Skip"}]}]}]}}
+    assert nh.dcgm_failures(new) == ["Integration / pcie GPU 1: bandwidth under threshold"]
+    assert nh.dcgm_failures({"DCGM Diagnostic": {"test_categories": []}}) == []
