@@ -4,6 +4,12 @@ the CPU test venv (tests/sglang_cpu), patched by the sglang_patch role, runs und
 import hashlib
 import json
 import os
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
+from verify import playbook  # noqa: E402
 
 testinfra_hosts = ["ansible://svc-cpu"]
 KEY = "molecule-secret-4f1c9a"
@@ -85,3 +91,36 @@ def test_the_gate_recorded_the_real_servers_greedy_outputs_as_the_reference(host
         "temperature": 0, "max_new_tokens": 32, "ignore_eos": True}})
     assert code == 200 and json.loads(body)["output_ids"] == ref["outputs"][1]
     assert len(set(ref["outputs"][0])) > 1  # a real model's ids, not a constant
+
+
+def deploy_cpu(profile, draft):
+    return playbook("molecule/ddtree_service/converge.yml", "-e",
+                    json.dumps({"cpu_test_profile": profile, "cpu_test_draft": draft}), limit="svc-cpu")
+
+
+def test_speculation_on_the_real_server_is_gated_on_acceptance_and_correctness(host):
+    """STANDALONE speculation (the test bed's DFLASH: a tiny draft model) on the real server: a draft the
+    target rejects is refused by the acceptance gate (its output stays correct) and the autoregressive
+    release returns; a draft that copies the target is admitted, its greedy output the reference's."""
+    refs = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "reports", "references", "tiny-llama")
+    with open(os.path.join(refs, "svc-cpu-main.json")) as f:
+        ref = json.load(f)
+    r = deploy_cpu("profile_standalone.yml", "draft-collapsed")
+    assert r.returncode != 0
+    m = re.search(r"acceptance: mean accept length ([0-9.]+) over 4 requests is under the floor 1.50", r.text)
+    assert m and float(m.group(1)) < 1.3, r.text[-3000:]
+    assert "correctness against" not in r.text  # a rejected draft slows decoding, it does not change the output
+    assert "healthy again" in r.text, r.text[-3000:]
+    info = json.loads(http(host, "/server_info")[1])
+    assert info["speculative_algorithm"] in (None, "", "NONE")  # the autoregressive release serves again
+
+    r = deploy_cpu("profile_standalone.yml", "draft-good")
+    assert r.returncode == 0, r.text[-3000:]
+    info = json.loads(http(host, "/server_info")[1])
+    assert info["speculative_algorithm"] == "STANDALONE" and info["speculative_num_draft_tokens"] == 4
+    for prompt, expected in zip(ref["prompts"], ref["outputs"]):
+        code, body = http(host, "/generate", data={"text": prompt, "sampling_params": {
+            "temperature": 0, "max_new_tokens": 32, "ignore_eos": True}})
+        out = json.loads(body)
+        assert code == 200 and out["output_ids"] == expected  # speculation left greedy output unchanged
+        assert out["meta_info"]["spec_accept_length"] >= 1.5
