@@ -128,8 +128,7 @@ def gpu_preflight(host, nvidia, profile, checks=None, model_dir=None, model_size
             fails.append("%s: %.0f GiB of RAM, profile %s needs %s GiB: add memory or lower min_ram_gib in "
                          "nvidia_facts_profile_overrides" % (host, memtotal_mb / 1024.0, name, profile["min_ram_gib"]))
     if enabled["health"]:
-        bond = nv.get("topology", {}).get("nvlink_min_links") if interconnect == "nvlink" else None
-        fails.extend(nvidia_health.problems(host, nv.get("health"), profile.get("health"), nvlink_links_expected=bond))
+        fails.extend(nvidia_health.facts_problems(host, nv, profile.get("health")))
     return fails
 
 
@@ -151,7 +150,7 @@ ROW_QUERY = """{
   parallelism: nvidia_facts_profile.parallelism,
   group_names: group_names || `[]`,
   warnings: ansible_facts.nvidia.warnings || `[]`,
-  health: ansible_facts.nvidia.health,
+  nvidia: ansible_facts.nvidia,
   profile_health: nvidia_facts_profile.health,
   service: ddtree_service_status || `[]`
 }"""
@@ -192,13 +191,12 @@ def fleet_rows(hostvars, hosts):
 
 def _health_verdict(host, q):
     """ok, not read, or the problems against the host's profile thresholds."""
-    health = q["health"] or {}
+    health = (q["nvidia"] or {}).get("health") or {}
     if not q["present"]:
         return {"verdict": None, "problems": []}
     if not health.get("read"):
         return {"verdict": "not read", "problems": [], "why": health.get("error")}
-    bond = q["nvlink_lanes"] if q["interconnect"] == "nvlink" else None
-    problems = nvidia_health.problems(host, health, q["profile_health"], nvlink_links_expected=bond)
+    problems = nvidia_health.facts_problems(host, q["nvidia"], q["profile_health"])
     return {"verdict": "FAILED" if problems else "ok", "problems": problems}
 
 

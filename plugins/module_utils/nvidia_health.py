@@ -214,6 +214,19 @@ def _word(flag):
     return {True: "yes", False: "no"}.get(flag, "unknown")
 
 
+def unread(error, sources=()):
+    """nvidia.health of a host whose counters were not read, and why."""
+    return {"read": False, "sources": list(sources), "error": error, "gpus": [], "fabric": {}}
+
+
+def facts_problems(host, nvidia, thresholds):
+    """problems() for a host's nvidia facts: the NVLink bond the links are held to is the topology's
+    smallest NV# where every GPU pair has NVLink."""
+    topology = (nvidia or {}).get("topology") or {}
+    bond = topology.get("nvlink_min_links") if topology.get("interconnect") == "nvlink" else None
+    return problems(host, (nvidia or {}).get("health"), thresholds, nvlink_links_expected=bond)
+
+
 def thresholds_for(profile_health):
     """DEFAULT_THRESHOLDS with a profile's `health:` overrides."""
     merged = dict(DEFAULT_THRESHOLDS)

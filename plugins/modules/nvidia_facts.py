@@ -316,8 +316,7 @@ def gather_health(smi, facts, systemctl=None):
     """nvidia.health: one `-q` call, plus `nvlink -s` where the topology shows NVLink."""
     rc, out = smi.run("-q")
     if rc != 0:
-        return {"read": False, "sources": [], "error": "nvidia-smi -q failed: %s" % nvidia.classify_error(out)[1],
-                "gpus": [], "fabric": {}}
+        return nvidia_health.unread("nvidia-smi -q failed: %s" % nvidia.classify_error(out)[1])
     sources = ["-q"]
     nvlink_text = None
     if facts["topology"]["interconnect"] in ("nvlink", "nvlink_partial"):
@@ -329,8 +328,8 @@ def gather_health(smi, facts, systemctl=None):
             facts["warnings"].append("nvidia-smi nvlink -s failed: %s" % nvidia.classify_error(lout)[1])
     gpus = nvidia_health.host_health(out, nvlink_text)
     if len(gpus) != facts["gpu_count"]:
-        return {"read": False, "sources": sources, "gpus": [], "fabric": {},
-                "error": "nvidia-smi -q listed %d GPU(s), --query-gpu %d" % (len(gpus), facts["gpu_count"])}
+        return nvidia_health.unread("nvidia-smi -q listed %d GPU(s), --query-gpu %d" % (len(gpus), facts["gpu_count"]),
+                                    sources)
     for index, gpu in enumerate(gpus):
         gpu["index"] = facts["gpus"][index]["index"]
     fabric = {}
@@ -362,14 +361,14 @@ def main():
                 if facts["health"]["error"]:
                     facts["warnings"].append("GPU health not read: %s" % facts["health"]["error"])
             else:
-                facts["health"] = {"read": False, "sources": [], "error": "not asked (health=false)", "gpus": [], "fabric": {}}
+                facts["health"] = nvidia_health.unread("not asked (health=false)")
         calls = smi.calls
     if facts is None:
         if module.params["required"]:
             module.fail_json(msg="%s: no usable NVIDIA GPU: %s" % (os.uname()[1], error))
         facts = nvidia.absent_facts([error])
         facts["cuda_version_source"] = None
-        facts["health"] = {"read": False, "sources": [], "error": error, "gpus": [], "fabric": {}}
+        facts["health"] = nvidia_health.unread(error)
     facts["nvidia_smi_calls"] = calls
     for warning in facts["warnings"]:
         module.warn(warning)
