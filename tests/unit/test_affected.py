@@ -54,9 +54,10 @@ def test_one_role_runs_its_scenario_and_the_fleet():
 def test_module_utils_file_runs_the_scenarios_of_the_roles_whose_modules_import_it():
     p = plan(HISTORY["one module_utils file"][2])
     # sglang_flags is imported by the sglang_flags and sglang_patch modules and the sglang filter,
-    # which the sglang_patch and ddtree_service roles use
-    assert {"sglang_patch", "ddtree_service", "fleet"} <= set(p["scenarios"])
-    assert not {"base", "model_fetch", "venv_stream", "cuda_toolkit", "sglang_router"} & set(p["scenarios"])
+    # which the sglang_patch and ddtree_service roles use (sglang_router too: its real servers run under ddtree_service)
+    assert {"sglang_patch", "ddtree_service", "fleet", "sglang_router"} <= set(p["scenarios"])
+    assert not {"base", "model_fetch", "venv_stream", "cuda_toolkit"} & set(p["scenarios"])
+    assert "role:ddtree_service" in p["scenarios"]["sglang_router"]
     assert "mu:sglang_flags" in p["scenarios"]["sglang_patch"]
     assert "tests/unit/plugins/module_utils/test_sglang_flags.py" in p["unit"]
 

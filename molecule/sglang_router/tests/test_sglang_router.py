@@ -1,7 +1,10 @@
 """Verify sglang_router: the real router runs under systemd as the service user with the fleet's
-workers (every instance of every GPU host, by address), routes requests to them, and a run
-limited to the router (or to one worker) keeps every worker."""
+workers (every instance of every GPU host, by address), routes requests to them, the two real
+servers included, and a run limited to the router (or to one worker) keeps every worker. A rollout
+then cycles both real servers behind it while a request probe runs through it: no request fails."""
+import glob
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -14,7 +17,7 @@ CONVERGE = "molecule/sglang_router/converge.yml"
 
 def expected():
     out = []
-    for name, ports in (("rt-w1", [30000]), ("rt-w2", [30000, 30001]), ("rt-cpu", [30000])):
+    for name, ports in (("rt-w1", [30000]), ("rt-w2", [30000, 30001]), ("rt-cpu", [30000]), ("rt-cpu2", [30000])):
         addr = other(name).ansible.get_variables()["ansible_host"]
         out += ["http://%s:%d" % (addr, p) for p in ports]
     return sorted(out)
@@ -45,22 +48,36 @@ def test_requests_reach_the_workers_through_the_router(host):
         assert json.loads(out)["text"]
 
 
-def real_requests():
-    """Requests the real server (rt-cpu) has finished, from its own /metrics."""
-    metrics = other("rt-cpu").check_output("curl -sf http://127.0.0.1:30000/metrics")
+REAL = ("rt-cpu", "rt-cpu2")
+
+
+def real_requests(name):
+    """Requests a real server has finished, from its own /metrics."""
+    metrics = other(name).check_output("curl -sf http://127.0.0.1:30000/metrics")
     return sum(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("sglang:num_requests_total"))
 
 
-def test_requests_reach_the_real_server_through_the_router(host):
-    assert json.loads(other("rt-cpu").check_output("curl -sf http://127.0.0.1:30000/server_info"))["version"] == "0.5.23"
-    before = real_requests()
-    for i in range(40):  # distinct prompts spread over the four workers
+def server_info(name):
+    return json.loads(other(name).check_output("curl -sf http://127.0.0.1:30000/server_info"))
+
+
+def test_requests_reach_the_real_servers_through_the_router(host):
+    for name in REAL:
+        assert server_info(name)["version"] == "0.5.23"
+    reach_both(host)
+
+
+def reach_both(host):
+    """Requests through the router until each real server has finished one more (its own /metrics)."""
+    before = dict((name, real_requests(name)) for name in REAL)
+    for i in range(40):  # distinct prompts spread over the five workers
         out = host.check_output("curl -sf -X POST http://127.0.0.1:30080/generate -H 'Content-Type: application/json' "
                                 "-d '{\"text\": \"request %d of the fleet\", \"sampling_params\": {\"max_new_tokens\": 4}}'" % i)
         assert json.loads(out)["text"] is not None
-        if real_requests() > before:
+        if all(real_requests(name) > before[name] for name in REAL):
             return
-    raise AssertionError("40 requests through the router, none reached the real server")
+    raise AssertionError("40 requests through the router, not each real server got one: %s" %
+                         dict((name, real_requests(name) - before[name]) for name in REAL))
 
 
 def test_limited_runs_keep_every_worker(host):
@@ -69,3 +86,37 @@ def test_limited_runs_keep_every_worker(host):
         assert r.returncode == 0, r.text
         assert "changed=0" in r.text and "changed=1" not in r.text, r.text
         assert workers(host) == expected()
+
+
+def test_a_rollout_under_load_cycles_both_real_servers_without_a_failed_request(host):
+    """rollout.yml, limited to the real servers (as an operator limits a rollout), with a changed profile
+    (max_running_requests 4 -> 3, so each server restarts) and two requests in flight through the
+    router the whole time: each server is drained, redeployed, gated and rejoined in turn, and the
+    probe saw every request answered; the record and the fleet report say how many ran."""
+    reports = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
+    before = dict((name, server_info(name)["max_running_requests"]) for name in REAL)
+    assert before == {"rt-cpu": 4, "rt-cpu2": 4}
+    r = playbook("playbooks/rollout.yml", "-e", json.dumps({"cpu_test_profile_overrides": {"max_running_requests": 3},
+                                                            "ddtree_rollout_probe_concurrency": 2}),
+                 limit="real_sglang")
+    assert r.returncode == 0, r.text
+    assert "0 failed (record:" in r.text, r.text
+    for name in REAL:  # the new settings run, and both new servers are back in the router's rotation
+        assert server_info(name)["max_running_requests"] == 3
+    assert workers(host) == expected()
+    reach_both(host)
+    record = json.loads(Path(sorted(glob.glob(str(reports / "rollouts" / "*.json")))[-1]).read_text())
+    assert record["outcome"] == "completed"
+    probe = record["probe"]
+    assert probe["failed_requests"] == 0 and probe["requests"] == probe["ok"] > 10 and probe["concurrency"] == 2, probe
+    assert probe["stopped_by"] == "stop"
+    for name in REAL:  # one at a time: drained (4 of the 5 workers left), deployed, rejoined (all 5)
+        events = record["hosts"][name]
+        assert [e["event"] for e in events] == ["drained", "deployed", "rejoined"], events
+        assert events[0]["router_workers"] == 4 and events[-1]["router_workers"] == 5
+    first, second = sorted(REAL, key=lambda n: record["hosts"][n][0]["at"])
+    assert record["hosts"][first][-1]["at"] <= record["hosts"][second][0]["at"]  # never both out
+    rep = playbook("playbooks/report.yml", limit=None)
+    assert rep.returncode == 0, rep.text
+    md = (reports / "fleet.md").read_text()
+    assert "requests through the router while it ran: %d at concurrency 2, 0 failed" % probe["requests"] in md, md
