@@ -167,6 +167,21 @@ def sglang_server_expect(argv):
     return out
 
 
+def sglang_argv_autoregressive(argv):
+    """The same command line without speculative decoding: every --speculative-* flag and its value
+    dropped (the correctness gate's fresh reference runs the release being deployed this way)."""
+    argv = [str(a) for a in argv]
+    out, i = [], 0
+    while i < len(argv):
+        has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+        if argv[i].startswith("--speculative-"):
+            i += 2 if has_value else 1
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def _merge(a, b):
     out = dict(a)
     for k, v in (b or {}).items():
@@ -275,4 +290,4 @@ class FilterModule:
     def filters(self):
         return {"sglang_argv": sglang_argv, "sglang_server_expect": sglang_server_expect,
                 "sglang_algorithm": sglang_algorithm, "sglang_instances": sglang_instances, "sglang_status": sglang_status,
-                "sglang_argv_problems": sglang_argv_problems}
+                "sglang_argv_problems": sglang_argv_problems, "sglang_argv_autoregressive": sglang_argv_autoregressive}

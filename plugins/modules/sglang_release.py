@@ -19,7 +19,8 @@ description:
   - Each release is a directory C(<root>/<instance>/releases/<id>) with C(launch) (the exec line),
     C(env) (a systemd EnvironmentFile) and C(release.json). C(<root>/<instance>/current) points at the
     live one and C(previous) at the one before; both links flip atomically.
-  - O(state=rollback) makes C(previous) current again (and the failed one previous).
+  - O(state=rollback) makes C(previous) current again (and the failed one previous), or the release
+    O(release) names.
   - No secret belongs here; the service passes the API key as a systemd credential.
 options:
   instance:
@@ -58,6 +59,15 @@ options:
     description: Name of the systemd credential holding a C(--config) YAML with secrets; passed when present.
     type: str
     default: sglang-secrets.yaml
+  previous:
+    description:
+      - With O(state=present), the release C(previous) points at afterwards instead of the one that was current.
+        A deploy that makes another release current for a while (the correctness gate's fresh autoregressive
+        reference) keeps its rollback target this way.
+    type: str
+  release:
+    description: With O(state=rollback), the release to return to instead of C(previous).
+    type: str
   keep:
     description: Releases kept per instance (current and previous always stay).
     type: int
@@ -133,7 +143,7 @@ def launch_script(rid, instance, launcher, argv, credential):
         else:
             lines[-1] += " " + shlex_quote(x)
     quoted = " \\\n  ".join(lines)
-    return ("#!/bin/sh\n# ddtree.fleet release %s of ddtree-sglang@%s: the server's exec line\n"
+    return ("#!/bin/sh\n# ddtree.fleet release %s of instance %s: the server's exec line\n"
             'secrets="${CREDENTIALS_DIRECTORY:-/nonexistent}/%s"\n'
             'if [ -r "$secrets" ]; then set -- --config "$secrets"; else set --; fi\n'
             'exec %s \\\n  "$@"\n' % (rid, instance, credential, quoted))
@@ -189,11 +199,18 @@ class Releases:
             self.m.fail_json(msg="venv %s does not exist: install it first (venv_stream role)" % self.p["venv"])
         rid, body = self.describe()
         live = self.target(self.current)
-        result = dict(changed=live != rid, id=rid, previous=self.target(self.previous) if live == rid else live,
-                      path=os.path.join(self.dir, rid), release=body)
+        want_prev = self.p["previous"]
+        if want_prev and (want_prev == rid or self.load(want_prev) is None):
+            self.m.fail_json(msg="previous=%s is not another release of instance %s (%s)" % (want_prev, self.p["instance"], self.dir))
+        prev = want_prev or (self.target(self.previous) if live == rid else live)
+        moves_prev = live == rid and bool(want_prev) and prev != self.target(self.previous)
+        result = dict(changed=live != rid or moves_prev, id=rid, previous=prev, path=os.path.join(self.dir, rid), release=body)
         if self.m._diff:
             result["diff"] = self.diff(self.load(live) if live else None, body)
-        if live == rid or self.m.check_mode:
+        if self.m.check_mode or not result["changed"]:
+            return result
+        if live == rid:  # only the rollback target moves
+            self.point(self.previous, prev)
             return result
         path = os.path.join(self.dir, rid)
         if self.load(rid) is None:  # the id hashes the content: an existing one is the same release
@@ -207,15 +224,17 @@ class Releases:
                 shutil.rmtree(path)
             os.rename(staging, path)
         self.point(self.current, rid)
-        if live:
-            self.point(self.previous, live)
+        if prev:
+            self.point(self.previous, prev)
         self.prune()
         result["release"] = self.load(rid)
         return result
 
     def rollback(self):
-        live, prev = self.target(self.current), self.target(self.previous)
+        live, prev = self.target(self.current), self.p["release"] or self.target(self.previous)
         if not prev or self.load(prev) is None:
+            if self.p["release"]:
+                self.m.fail_json(msg="instance %s has no release %s to roll back to (%s)" % (self.p["instance"], prev, self.dir))
             self.m.fail_json(msg="instance %s has no previous release to roll back to (%s)" % (self.p["instance"], self.previous))
         result = dict(changed=True, id=prev, previous=live, path=os.path.join(self.dir, prev), release=self.load(prev))
         if self.m._diff:
@@ -253,6 +272,8 @@ def main():
             env=dict(type="dict", default={}),
             credential=dict(type="str", default="sglang-secrets.yaml"),
             keep=dict(type="int", default=5),
+            previous=dict(type="str"),
+            release=dict(type="str"),
         ),
         supports_check_mode=True,
     )

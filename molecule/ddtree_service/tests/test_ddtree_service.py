@@ -216,6 +216,43 @@ def test_correctness_and_acceptance_gates_refuse_a_bad_release(host, tmp_path, m
     assert json.loads(http(host, 30000, "/server_info")[1])["max_running_requests"] == 128
 
 
+def test_a_fresh_reference_is_the_same_release_without_speculation(host, tmp_path, monkeypatch):
+    """ddtree_service_correctness_reference=fresh, with no reference recorded anywhere: each new speculative
+    release is first started without its --speculative-* flags and its greedy outputs recorded for that
+    release, then started as deployed and compared. A release whose speculation corrupts the output
+    (the stand-in's fault on --max-running-requests 95, after the previous test) is refused against
+    its own autoregressive output, and the release from before the deploy is restored, not the
+    autoregressive one; a good one is admitted with the old release as its rollback target."""
+    if name(host) != "svc-b300":
+        pytest.skip("driven once, from svc-b300")
+    monkeypatch.setenv("DDTREE_REPORT_DIR", str(tmp_path))
+    ref_file = tmp_path / "references" / "kimi-k2.6" / "svc-b300-main.json"
+    good = current(host, "main")
+    fresh = ["-e", "ddtree_service_correctness_reference=fresh"]
+    r = deploy(*fresh, *overrides(max_running_requests=95), limit="svc-b300")
+    assert r.returncode != 0
+    assert "prompt 0: output departs from the reference at token 3" in r.text, r.text
+    assert "Restored the previous release %s: healthy again" % good in r.text, r.text
+    assert current(host, "main") == good
+    ref = json.loads(ref_file.read_text())
+    ar_launch = host.file("%s/main/releases/%s/launch" % (ROOT, ref["release"])).content_string
+    assert "--max-running-requests 95" in ar_launch and "--speculative" not in ar_launch
+    assert ref["speculative_release"] not in (good, ref["release"])
+
+    r = deploy(*fresh, *overrides(max_running_requests=93), limit="svc-b300")
+    assert r.returncode == 0, r.text
+    new = current(host, "main")
+    ref = json.loads(ref_file.read_text())
+    assert ref["speculative_release"] == new and new != good
+    assert host.check_output("basename $(readlink -f %s/main/previous)" % ROOT) == good
+    assert "--speculative-algorithm DFLASH" in host.file("%s/main/current/launch" % ROOT).content_string
+    pid = main_pid(host, "ddtree-sglang@main.service")
+    r = deploy(*fresh, *overrides(max_running_requests=93), limit="svc-b300")  # nothing new: no second fresh start
+    assert r.returncode == 0 and "changed=0" in r.text, r.text
+    assert main_pid(host, "ddtree-sglang@main.service") == pid
+    assert deploy(limit="svc-b300").returncode == 0 and current(host, "main") == good
+
+
 def test_ddtree_without_a_ddtree_series_is_refused_before_any_change(host):
     if name(host) != "svc-b300":
         pytest.skip("driven once, from svc-b300")

@@ -43,6 +43,17 @@ def test_autoregressive_baseline_renders_too(contract, family):
     assert sf.check_argv(contract, argv) == [] and "--speculative-algorithm" not in argv
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_fresh_reference_runs_the_same_command_line_without_speculation(contract, family):
+    argv = render(family)
+    ar = f.sglang_argv_autoregressive(argv)
+    assert sf.check_argv(contract, ar) == [] and not [a for a in ar if a.startswith("--speculative")]
+    assert "--speculative-algorithm" in argv and len(ar) < len(argv)
+    kept = [a for a in argv if a not in ar]  # only speculative flags and their values went
+    assert all(a.startswith("--speculative-") or not a.startswith("--") for a in kept)
+    assert ar[ar.index("--tp-size") + 1] == argv[argv.index("--tp-size") + 1] and ar[-4:] == argv[-4:]
+
+
 def test_family_choices_reach_the_command_line():
     b300, rtx = render("b300"), render("rtx_pro_6000")
     assert b300[b300.index("--attention-backend") + 1] == "trtllm_mla" and b300[b300.index("--page-size") + 1] == "64"

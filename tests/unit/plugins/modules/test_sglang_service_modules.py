@@ -61,6 +61,32 @@ def test_rollback_without_a_previous_release_fails(run_module, tmp_path, venv):
     assert r["failed"] and "no previous release" in r["msg"]
 
 
+def test_a_deploy_can_keep_its_rollback_target_and_roll_back_to_a_named_release(run_module, tmp_path, venv):
+    """The fresh correctness reference makes an autoregressive release current for a while: the
+    speculative one that follows keeps the release from before the deploy as 'previous'."""
+    before = release(run_module, tmp_path, venv)["id"]
+    spec_argv = ["--tp-size", "8", "--speculative-algorithm", "DFLASH"]
+    new = release(run_module, tmp_path, venv, argv=spec_argv)  # the deploy makes its release current
+    assert new["previous"] == before
+    for n in range(3):  # older releases than `before`'s rivals: keep=2 would prune it were it not the target
+        release(run_module, tmp_path, venv, argv=["--tp-size", str(n + 1)], keep=2, previous=before)
+    ar = release(run_module, tmp_path, venv, argv=["--tp-size", "8"], keep=2, previous=before)
+    assert ar["previous"] == before and (tmp_path / "svc" / "main" / "releases" / before).is_dir()
+    spec = release(run_module, tmp_path, venv, argv=spec_argv, previous=before)
+    assert spec["changed"] and spec["previous"] == before and spec["id"] == new["id"]
+    base = tmp_path / "svc" / "main"
+    assert os.path.realpath(base / "previous").endswith(before) and os.path.realpath(base / "current").endswith(spec["id"])
+    again = release(run_module, tmp_path, venv, argv=spec_argv, previous=before)
+    assert not again["changed"]
+    bad = release(run_module, tmp_path, venv, argv=["--tp-size", "8"], previous="0123456789ab")
+    assert bad["failed"] and "previous=0123456789ab is not another release of instance main" in bad["msg"]
+    back = run_module("sglang_release", instance="main", root=str(tmp_path / "svc"), state="rollback", release=ar["id"])
+    assert back["id"] == ar["id"] and back["previous"] == spec["id"]
+    assert os.path.realpath(base / "current").endswith(ar["id"])
+    none = run_module("sglang_release", instance="main", root=str(tmp_path / "svc"), state="rollback", release="0123456789ab")
+    assert none["failed"] and "no release 0123456789ab to roll back to" in none["msg"]
+
+
 def test_old_releases_are_pruned(run_module, tmp_path, venv):
     for n in range(5):
         release(run_module, tmp_path, venv, argv=["--tp-size", str(n + 1)], keep=2)
