@@ -152,12 +152,33 @@ ROW_QUERY = """{
   warnings: ansible_facts.nvidia.warnings || `[]`,
   nvidia: ansible_facts.nvidia,
   profile_health: nvidia_facts_profile.health,
-  service: ddtree_service_status || `[]`
+  service: ddtree_service_status || `[]`,
+  topology_matrix: ansible_facts.nvidia.topology.matrix || `{}`,
+  gpu_list: ansible_facts.nvidia.gpus[].{index: index, numa_node: numa_node, memory_total_mib: memory_total_mib} || `[]`,
+  bench_recorded: nvidia_facts_profile.bench_recorded || `[]`,
+  accept_length_floor: nvidia_facts_profile.speculative.accept_length_floor,
+  profile_overrides: nvidia_facts_profile_overrides || `{}`
 }"""
 
 
-def fleet_rows(hostvars, hosts):
-    """One row per host for the fleet report."""
+def _has_facts(hv):
+    try:
+        return bool((hv.get("ansible_facts") or {}).get("nvidia"))
+    except Exception:  # pylint: disable=broad-except
+        return False
+
+
+def fleet_rows(hostvars, hosts, previous=None, current=None):
+    """One row per host for the fleet report. With current (the hosts this run reached, e.g. under --limit),
+    a host outside it, or one whose GPU facts this run did not read, keeps its row from previous (the last
+    report's rows), marked as such."""
+    kept = dict((r.get("host"), r) for r in previous or [] if isinstance(r, dict))
+    if current is not None:
+        # reached: in this run and with GPU facts read in it (report.yml run alone reads none)
+        reached = set(h for h in current if h in hostvars and _has_facts(hostvars[h]))
+        # the old row over an empty one: a report written by an older release may lack newer fields
+        return [dict(row, **dict(kept[h], from_previous_report=True)) if h not in reached and h in kept else row
+                for h, row in zip(sorted(hosts), fleet_rows(hostvars, hosts))]
     if jmespath is None:
         raise AnsibleFilterError("ddtree.fleet.fleet_rows needs the jmespath Python package on the controller "
                                  "(pip install jmespath; requirements/controller.txt pins it)")
@@ -185,6 +206,12 @@ def fleet_rows(hostvars, hosts):
             "warnings": q["warnings"],
             "health": _health_verdict(h, q),
             "service": q["service"],
+            "topology_matrix": q["topology_matrix"],
+            "gpu_list": q["gpu_list"],
+            "bench_recorded": q["bench_recorded"],
+            "accept_length_floor": q["accept_length_floor"],
+            "profile_overrides": q["profile_overrides"],
+            "from_previous_report": False,
         })
     return rows
 
@@ -271,8 +298,71 @@ def worker_urls(hostvars_list, instances):
     return out
 
 
+def _label(value):
+    return "" if value is None else str(value)
+
+
+def prometheus_targets(hostvars, gpu_hosts, routers=(), instances=(), router_port=30080, router_metrics_port=29000,
+                       exporters=None, previous=None, current=None):
+    """Prometheus file_sd target groups per job: every SGLang instance of gpu_hosts (its /metrics, on the
+    instance's port), every router's metrics port, and on each host the exporters it runs (exporters:
+    {job: port}; a host lists what it runs in ddtree_monitoring_exporters, else the facts of this run
+    say: ddtree_monitoring_found). Labels: host, family, profile, sglang_instance (the instance's name; Prometheus
+    keeps `instance` for the address it scrapes), release, serving_group; a host's
+    address is the one the fleet uses (ddtree_address, ansible_host, the name). With current (the hosts this run
+    reached, e.g. under --limit), a host outside it keeps its entries from previous (the files written last
+    time), so its labels (release, family) do not go blank."""
+    if current is not None:
+        jobs = prometheus_targets(hostvars, gpu_hosts, routers, instances, router_port, router_metrics_port, exporters)
+        # reached: in this run and with GPU facts read in it (their labels come from the facts)
+        current = set(h for h in current if h in hostvars and _has_facts(hostvars[h]))
+        for job, groups in (previous or {}).items():
+            kept = [g for g in groups or [] if isinstance(g, dict) and (g.get("labels") or {}).get("host") not in current
+                    and (g.get("labels") or {}).get("host") in set(gpu_hosts) | set(routers)]
+            if not kept:
+                continue
+            stale = set(g["labels"]["host"] for g in kept)
+            jobs[job] = sorted([g for g in jobs.get(job, []) if g["labels"]["host"] not in stale] + kept,
+                               key=lambda g: (g["labels"]["host"], g["targets"]))
+        return jobs
+    exporters = exporters or {}
+    jobs = dict([("sglang", []), ("sglang-router", [])] + [(job, []) for job in exporters])
+    for h in sorted(gpu_hosts):
+        hv = hostvars.get(h) or {}
+        addr = url_host(address(hv))
+        facts = (hv.get("ansible_facts") or {}).get("nvidia") or {}
+        profile = hv.get("nvidia_facts_profile") or hv.get("ddtree_service_profile") or {}
+        status = dict((s.get("name"), s) for s in hv.get("ddtree_service_status") or [] if isinstance(s, dict))
+        base = {"host": h, "family": _label(facts.get("family") if facts.get("present") else profile.get("name")),
+                "profile": _label(profile.get("name")), "serving_group": _label(hv.get("ddtree_serving_group"))}
+        for inst in hv.get("ddtree_service_instances") or instances:
+            labels = dict(base, sglang_instance=str(inst["name"]),
+                          release=_label((status.get(inst["name"]) or {}).get("release")))
+            jobs["sglang"].append({"targets": ["%s:%s" % (addr, inst["port"])], "labels": labels})
+    for h in sorted(routers):
+        hv = hostvars.get(h) or {}
+        addr = url_host(address(hv))
+        port = hv.get("sglang_router_prometheus_port", router_metrics_port)
+        if port and int(port) > 0:
+            jobs["sglang-router"].append({"targets": ["%s:%s" % (addr, port)],
+                                          "labels": {"host": h, "router_port": str(hv.get("sglang_router_port", router_port))}})
+    for h in sorted(set(gpu_hosts) | set(routers)):
+        hv = hostvars.get(h) or {}
+        addr = url_host(address(hv))
+        runs = hv.get("ddtree_monitoring_exporters")
+        if runs is None:
+            runs = hv.get("ddtree_monitoring_found") or []
+        for job in sorted(runs):
+            if job not in exporters:
+                raise AnsibleFilterError("%s: exporter %r is not one ddtree_monitoring_exporter_ports knows (%s); add its port "
+                                         "there or fix ddtree_monitoring_exporters" % (h, job, ", ".join(sorted(exporters))))
+            jobs.setdefault(job, []).append({"targets": ["%s:%s" % (addr, exporters[job])], "labels": {"host": h}})
+    return jobs
+
+
 class FilterModule:
     def filters(self):
-        return {"gpu_preflight": gpu_preflight, "fleet_rows": fleet_rows, "cuda_toolkit_problems": cuda_toolkit_problems,
+        return {"prometheus_targets": prometheus_targets, "gpu_preflight": gpu_preflight, "fleet_rows": fleet_rows,
+                "cuda_toolkit_problems": cuda_toolkit_problems,
                 "bench_levels": bench_levels, "worker_urls": worker_urls, "bench_gate": bench_gate,
                 "rollout_changed": rollout_changed, "dcgm_failures": dcgm_failures}

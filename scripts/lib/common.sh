@@ -24,6 +24,7 @@ DDTREE_APT_PACKAGES=(
   podman runc netavark aardvark-dns iptables conmon catatonit uidmap slirp4netns
   debootstrap python3 python3-venv python3-dev openssh-client git ca-certificates
   zstd aria2 nginx-light iproute2 rsync gcc
+  chromium-headless-shell fonts-dejavu-core
 )
 
 log() { printf '==> %s\n' "$*" >&2; }
@@ -156,6 +157,25 @@ ensure_sglang_cpu() {
   export DDTREE_SGLANG_CPU=$dir
 }
 
+# Prometheus and promtool from Debian's own package, unpacked into the cache, not installed: nothing is
+# started or configured on this machine. promtool checks the monitoring stage's rules (unit tests);
+# molecule/fleet and the lab run this prometheus against the file_sd targets site.yml writes.
+ensure_prometheus() {
+  local dir=$DDTREE_CACHE/prometheus-deb
+  if [ ! -x "$dir/usr/bin/prometheus" ]; then
+    log "prometheus: Debian's package, unpacked into $dir"
+    rm -rf "$dir" "$dir.tmp"
+    mkdir -p "$dir.tmp"
+    # apt's lists may be absent (ensure_apt updates them only when it installs something)
+    (cd "$dir.tmp" && { apt-get download prometheus || { apt-get update -q && apt-get download prometheus; }; }) >"$dir.log" 2>&1 ||
+      { tail -5 "$dir.log" >&2; die "prometheus: apt-get download failed (log $dir.log)"; }
+    dpkg-deb -x "$dir.tmp"/prometheus_*.deb "$dir.tmp/root"
+    mv "$dir.tmp/root" "$dir"
+    rm -rf "$dir.tmp"
+  fi
+  export DDTREE_PROMETHEUS=$dir/usr/bin/prometheus DDTREE_PROMTOOL=$dir/usr/bin/promtool
+}
+
 bootstrap() {
   require_root
   mkdir -p "$DDTREE_WORK" "$ANSIBLE_HOME" "$XDG_CACHE_HOME"
@@ -166,4 +186,5 @@ bootstrap() {
   ensure_wheels wheelhouse tests/venv/requirements.txt DDTREE_WHEELHOUSE              # the test serving venv
   ensure_wheels cuda-wheelhouse tests/cuda/requirements.txt DDTREE_CUDA_WHEELHOUSE     # CUDA 13.0 (~165 MB)
   ensure_wheels router-wheelhouse tests/router/requirements.txt DDTREE_ROUTER_WHEELHOUSE # sglang-router (~36 MB)
+  ensure_prometheus                                                                     # Debian's, unpacked (~19 MB)
 }

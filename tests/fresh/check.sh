@@ -24,7 +24,7 @@ if command -v podman >/dev/null; then
 fi
 stack=(podman netavark aardvark-dns iptables runc crun conmon catatonit slirp4netns uidmap buildah
        containernetworking-plugins golang-github-containers-common golang-github-containers-image
-       debootstrap aria2 nginx-light)
+       debootstrap aria2 nginx-light chromium-headless-shell chromium-common)
 installed=()
 for p in "${stack[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' && installed+=("$p"); done
 if [ ${#installed[@]} -gt 0 ]; then
@@ -42,6 +42,9 @@ git clone -q "$here" "$clone/ddtree-fleet"
 cd "$clone/ddtree-fleet"
 echo "==> command 1: bash scripts/lab up   (log $logs/lab.log)"
 bash scripts/lab up >"$logs/lab.log" 2>&1 || { tail -40 "$logs/lab.log"; echo "FAILED: scripts/lab up" >&2; exit 1; }
+up=$(grep -oP 'Prometheus at \S+ scrapes \K[0-9]+(?= targets up)' "$logs/lab.log" || echo 0)
+[ "$up" -ge 4 ] || { grep Prometheus "$logs/lab.log"; echo "FAILED: the lab's Prometheus scrapes $up targets (want the 3 SGLang instances and the router)" >&2; exit 1; }
+echo "==> the lab's Prometheus scrapes $up targets"
 echo "==> site.yml again: 0 changed"
 source scripts/lib/common.sh
 ansible-playbook site.yml -i inventories/lab >"$logs/site-again.log" 2>&1

@@ -2,13 +2,21 @@
 sglang-router: every GPU host serves its family's release behind the router; then a changed
 profile rolls out with one host made to fail its health gate (rolled back, kept out of the
 router, later hosts untouched, a watcher sees at least N - 1 workers the whole time); then, the
-fault fixed, the same rollout again only cycles the hosts that still need the change."""
+fault fixed, the same rollout again only cycles the hosts that still need the change. A real
+Prometheus (Debian's package) scrapes the fleet from the file_sd targets site.yml wrote: every
+instance is up with its family and release, and the router's series show each drain."""
 import json
 import os
+import socket
+import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
 from verify import other, playbook  # noqa: E402
@@ -58,6 +66,66 @@ def rollout(router, extra):
     return r, samples
 
 
+REPORTS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "reports")
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    """The real Prometheus (Debian's package, unpacked by scripts/test: DDTREE_PROMETHEUS) on the controller,
+    scraping every second the targets site.yml's monitoring stage wrote, with its rules loaded.
+    Returns query(promql) -> the result list of /api/v1/query."""
+    sd = REPORTS / "prometheus"
+    d = tmp_path_factory.mktemp("prometheus")
+    cfg = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+           "rule_files": [str(sd / "ddtree-fleet.rules.yml")],
+           "scrape_configs": [{"job_name": job, "file_sd_configs": [{"files": [str(sd / ("ddtree-%s.json" % job))],
+                                                                     "refresh_interval": "2s"}]}
+                              for job in ("sglang", "sglang-router", "node", "dcgm")]}
+    (d / "prometheus.yml").write_text(json.dumps(cfg))  # YAML reads JSON
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(d / "prometheus.log", "w")
+    proc = subprocess.Popen([os.environ["DDTREE_PROMETHEUS"], "--config.file=%s" % (d / "prometheus.yml"),
+                             "--storage.tsdb.path=%s" % (d / "data"), "--web.listen-address=127.0.0.1:%d" % port],
+                            stdout=log, stderr=subprocess.STDOUT)
+    url = "http://127.0.0.1:%d" % port
+
+    def query(q):
+        with urllib.request.urlopen(url + "/api/v1/query?query=" + urllib.parse.quote(q), timeout=10) as r:
+            return json.load(r)["data"]["result"]
+    for _ in range(60):
+        try:
+            urllib.request.urlopen(url + "/-/ready", timeout=2).close()
+            break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        raise AssertionError("prometheus did not start: " + (d / "prometheus.log").read_text()[-2000:])
+    yield query
+    proc.terminate()
+    proc.wait(timeout=30)
+    log.close()
+
+
+def value(prometheus, q, want):
+    """The one series of q, asserting its value is want."""
+    r = prometheus(q)
+    assert len(r) == 1 and r[0]["value"][1] == want, (q, r)
+    return r[0]
+
+
+def eventually(fn, seconds=60):
+    end = time.time() + seconds
+    while True:
+        try:
+            return fn()
+        except AssertionError:
+            if time.time() > end:
+                raise
+            time.sleep(1)
+
+
 def test_site_serves_every_family_behind_the_router(host):
     assert host.service("ddtree-sglang-router.service").is_running
     assert sorted(w["url"] for w in workers(host)) == sorted(url_of(n) for n in GPU)
@@ -79,6 +147,24 @@ def test_site_serves_every_family_behind_the_router(host):
     rows = {r["host"]: r for r in report["hosts"]}
     assert rows["fl-b300-1"]["family"] == "b300" and rows["fl-rtx-1"]["family"] == "rtx_pro_6000"
     assert all(rows[n]["service"][0]["healthy"] for n in GPU)
+
+
+def test_prometheus_scrapes_every_instance_from_the_targets(host, prometheus):
+    """Prometheus finds every SGLang instance and the router from the file_sd files alone, with the
+    fleet's labels: the host's family and the release the service stage made current."""
+    def all_up():
+        up = dict((r["metric"]["host"], r) for r in prometheus('up{job="sglang"}'))
+        assert sorted(up) == sorted(GPU) and all(r["value"][1] == "1" for r in up.values()), up
+        return up
+    up = eventually(all_up)
+    for n in GPU:
+        labels = up[n]["metric"]
+        assert labels["family"] == ("b300" if n.startswith("fl-b300") else "rtx_pro_6000"), labels
+        assert labels["release"] == release(n) and labels["sglang_instance"] == "main", labels
+        assert labels["instance"] == url_of(n)[len("http://"):]  # Prometheus's own: the scraped address
+    router = eventually(lambda: value(prometheus, 'up{job="sglang-router"}', "1"))
+    assert router["metric"]["host"] == "fl-router"
+    eventually(lambda: value(prometheus, "sum(smg_worker_pool_size)", str(len(GPU))))
 
 
 def test_report_alone_reads_what_each_host_serves(host):
@@ -147,7 +233,7 @@ def test_bench_gate_refuses_a_slower_release(host):
     assert sorted(w["url"] for w in workers(host)) == sorted(url_of(n) for n in GPU)
 
 
-def test_rollout_with_a_failing_host(host):
+def test_rollout_with_a_failing_host(host, prometheus):
     before = {n: release(n) for n in GPU}
     other("fl-b300-2").run_test("mkdir -p /etc/ddtree-sglang-double && echo '%s' > /etc/ddtree-sglang-double/faults.json"
                                 % json.dumps([{"match": "--max-running-requests 100", "mode": "unhealthy"}]))
@@ -161,6 +247,22 @@ def test_rollout_with_a_failing_host(host):
     assert release("fl-rtx-1") == before["fl-rtx-1"] and info("fl-rtx-1")["max_running_requests"] == 128
     assert sorted(w["url"] for w in workers(host)) == sorted([url_of("fl-b300-1"), url_of("fl-rtx-1")])
     assert samples and min(samples) >= len(GPU) - 1, samples  # capacity never below N - batch
+    # the record: the canary cycled, the failing host drained and refused with its release restored
+    record = json.loads(sorted((REPORTS / "rollouts").glob("*.json"))[-1].read_text())
+    assert record["outcome"] == "stopped: fl-b300-2 failed" and record["probe"] is None, record
+    assert [e["event"] for e in record["hosts"]["fl-b300-1"]] == ["drained", "deployed", "rejoined"]
+    refused = record["hosts"]["fl-b300-2"]
+    assert [e["event"] for e in refused] == ["drained", "refused"] and refused[1]["restored"], refused
+    assert "fl-rtx-1" not in record["hosts"]
+    # Prometheus saw it: the router's health series of the canary dipped (drained) and came back, the
+    # failing host's stays out, and the pool never had fewer than N - 1 workers
+    def seen():
+        canary = 'smg_worker_health{worker="%s"}' % url_of("fl-b300-1")
+        value(prometheus, "min_over_time(%s[10m])" % canary, "-1")
+        value(prometheus, canary, "1")
+        value(prometheus, 'smg_worker_health{worker="%s"}' % url_of("fl-b300-2"), "-1")
+        value(prometheus, "min_over_time(sum(smg_worker_pool_size)[10m:1s])", str(len(GPU) - 1))
+    eventually(seen, 30)
 
 
 def test_rollout_again_after_the_fix_cycles_only_what_changes(host):
@@ -173,3 +275,86 @@ def test_rollout_again_after_the_fix_cycles_only_what_changes(host):
     assert all(info(n)["max_running_requests"] == 100 for n in GPU)
     assert sorted(w["url"] for w in workers(host)) == sorted(url_of(n) for n in GPU)
     assert samples and min(samples) >= len(GPU) - 2, samples  # fl-b300-2 was already out
+
+
+class Dom:
+    """The page as the browser left it (chromium --dump-dom, after its scripts ran): per element id, the
+    text inside it and the classes of the elements inside it; and the rows of the hosts table."""
+
+    def __init__(self, html):
+        from html.parser import HTMLParser
+        self.text, self.classes, self.host_rows = {}, {}, []
+        dom = self
+
+        class P(HTMLParser):
+            VOID = {"br", "img", "input", "meta", "link", "hr", "path", "rect", "line", "circle", "stop", "use"}
+
+            def __init__(self):
+                super().__init__()
+                self.stack = []
+
+            def handle_starttag(self, tag, attrs):
+                a = dict(attrs)
+                for _t, el_id in self.stack:
+                    if el_id:
+                        dom.classes.setdefault(el_id, set()).update((a.get("class") or "").split())
+                if tag == "tr" and a.get("data-host"):
+                    dom.host_rows.append(a["data-host"])
+                if tag not in self.VOID:
+                    self.stack.append((tag, a.get("id")))
+
+            def handle_startendtag(self, tag, attrs):
+                a = dict(attrs)
+                for _t, el_id in self.stack:
+                    if el_id:
+                        dom.classes.setdefault(el_id, set()).update((a.get("class") or "").split())
+
+            def handle_endtag(self, tag):
+                for i in range(len(self.stack) - 1, -1, -1):
+                    if self.stack[i][0] == tag:
+                        del self.stack[i:]
+                        break
+
+            def handle_data(self, data):
+                for _t, el_id in self.stack:
+                    if el_id and data.strip():
+                        dom.text.setdefault(el_id, []).append(data.strip())
+        P().feed(html)
+
+    def texts(self, el_id):
+        return self.text.get(el_id, [])
+
+
+def test_the_html_report_as_a_browser_shows_it(host):
+    """reports/fleet.html opened in real headless Chromium (Debian's chromium-headless-shell), offline:
+    every host is there, each GPU host's topology is drawn (NVLink lanes on the B300s, PCIe paths on
+    the RTX PRO 6000), the bench chart carries the measured and the recorded B300 numbers, the last
+    rollout's timeline is drawn. A screenshot is kept beside the report (reports/fleet.png)."""
+    r = playbook("playbooks/facts.yml", limit=None)  # ddtree-fleet report: facts, what each host serves, the report
+    assert r.returncode == 0, r.text
+    page = REPORTS / "fleet.html"
+    html = page.read_text()
+    assert "<script src" not in html and "<link " not in html  # self-contained: nothing to fetch when viewed
+    argv = ["chromium-headless-shell", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000"]
+    dom = subprocess.run(argv + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120, check=True).stdout
+    shot = subprocess.run(argv + ["--screenshot=%s" % (REPORTS / "fleet.png"), "--window-size=1400,2600", page.as_uri()],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert shot.returncode == 0 and (REPORTS / "fleet.png").stat().st_size > 50000, shot.stderr[-2000:]
+    d = Dom(dom)
+    assert sorted(d.host_rows) == sorted(GPU + ["fl-router", "fl-src"]), d.host_rows
+    for n in GPU:
+        topo = "topology-%s" % n
+        assert "main-svg" in d.classes.get(topo, set()), (topo, d.classes.get(topo))  # drawn by the browser
+        cells = d.texts(topo)
+        assert ("NV18" in cells) if n.startswith("fl-b300") else ("SYS" in cells and "NV18" not in cells), (n, cells[:40])
+        assert "GPU7 · NUMA 1" in cells, cells[:40]
+    bench = json.loads((REPORTS / "bench.json").read_text())["hosts"]["fl-rtx-1"]["levels"][0]
+    rtx = d.texts("bench-tok-rtx-pro-6000")
+    assert "main-svg" in d.classes.get("bench-tok-rtx-pro-6000", set())
+    assert str(bench["speculative_tok_s"]) in rtx and str(bench["baseline_tok_s"]) in rtx, (bench, rtx)
+    b300 = d.texts("bench-tok-b300")
+    assert "303" in b300 and "4723" in b300, b300  # the recorded B300 figures (profiles/b300.yml)
+    assert "main-svg" in d.classes.get("rollout-timeline", set())
+    summary = " ".join(d.texts("rollout-summary"))
+    record = json.loads(sorted((REPORTS / "rollouts").glob("*.json"))[-1].read_text())
+    assert record["id"] in summary and record["outcome"] in summary, summary

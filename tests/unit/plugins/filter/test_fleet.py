@@ -103,6 +103,23 @@ def test_fleet_rows():
         "NVIDIA B300 SXM6 AC x 8", "b300", "nvlink", 18, "b300", "tp8 ep1 dp1")
     assert b["groups"] == ["gpu_b300", "gpu_hosts", "gpu_sm_103"]
     assert (s["gpus"], s["family"], s["interconnect"], s["profile"]) == ("none", None, None, None)
+    assert not b["from_previous_report"]
+
+
+def test_fleet_rows_under_limit_keep_the_last_reports_rows_of_the_other_hosts():
+    hv = {"b": {"ansible_facts": {"nvidia": facts_of("b300_8x")}, "nvidia_facts_profile": profile("b300"),
+                "group_names": ["fleet", "gpu_hosts"]},
+          "r": {"group_names": ["fleet", "gpu_hosts"]},  # not reached by this run: no facts
+          "n": {"group_names": ["fleet"]}}                # not reached, and in no earlier report
+    last = [{"host": "r", "gpus": "NVIDIA RTX PRO 6000 Blackwell Server Edition x 8", "family": "rtx_pro_6000"},
+            {"host": "b", "gpus": "stale"}]
+    b, n, r = fleet.fleet_rows(hv, ["b", "r", "n"], previous=last, current=["b"])
+    assert b["gpus"] == "NVIDIA B300 SXM6 AC x 8" and not b["from_previous_report"]  # reached: fresh, not the old row
+    assert dict((k, r[k]) for k in last[0]) == last[0] and r["from_previous_report"] and r["warnings"] == []
+    assert n["gpus"] == "none" and not n["from_previous_report"]
+    # report.yml run alone reaches every host but reads no facts: the last report stands
+    r2 = fleet.fleet_rows({"r": {"group_names": ["fleet"]}}, ["r"], previous=last, current=["r"])[0]
+    assert r2["from_previous_report"] and r2["family"] == "rtx_pro_6000"
 
 
 RECORDED = {"release": "r-old", "levels": [

@@ -1,0 +1,96 @@
+"""The monitoring stage (playbooks/monitoring.yml): Prometheus file_sd targets from the inventory and the
+facts of real captures, their labels, what a --limit run keeps, and the alerting rules checked by the
+real promtool (Debian's package, which scripts/test unpacks: DDTREE_PROMTOOL)."""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.ddtree.fleet.plugins.filter import fleet
+from test_fleet import facts_of, profile as prof
+
+ROOT = Path(__file__).resolve().parents[4]
+EXPORTERS = {"node": 9100, "dcgm": 9400}
+
+
+def hv():
+    return {
+        "b1": {"inventory_hostname": "b1", "ansible_host": "10.0.0.5", "ansible_facts": {"nvidia": facts_of("b300_8x")},
+               "nvidia_facts_profile": prof("b300"), "ddtree_service_status": [{"name": "main", "release": "abc123"}],
+               "ddtree_monitoring_found": ["node"]},
+        "r1": {"inventory_hostname": "r1", "ansible_facts": {"nvidia": facts_of("rtx_pro_6000_8x")},
+               "nvidia_facts_profile": prof("rtx_pro_6000"), "ddtree_monitoring_exporters": ["dcgm", "node"],
+               "ddtree_service_instances": [{"name": "a", "port": 30000}, {"name": "b", "port": 30001}]},
+        "router": {"inventory_hostname": "router", "ddtree_address": "fd00::7"},
+    }
+
+
+def test_targets_per_job_with_the_fleets_labels():
+    jobs = fleet.prometheus_targets(hv(), ["r1", "b1"], ["router"], instances=[{"name": "main", "port": 30000}],
+                                    exporters=EXPORTERS)
+    assert sorted(jobs) == ["dcgm", "node", "sglang", "sglang-router"]
+    sg = jobs["sglang"]
+    assert [g["targets"] for g in sg] == [["10.0.0.5:30000"], ["r1:30000"], ["r1:30001"]]
+    assert sg[0]["labels"] == {"host": "b1", "family": "b300", "profile": "b300", "sglang_instance": "main",
+                               "release": "abc123", "serving_group": ""}
+    assert sg[2]["labels"]["family"] == "rtx_pro_6000" and sg[2]["labels"]["sglang_instance"] == "b"
+    assert sg[2]["labels"]["release"] == ""  # not deployed in this run
+    assert jobs["sglang-router"] == [{"targets": ["[fd00::7]:29000"], "labels": {"host": "router", "router_port": "30080"}}]
+    # exporters where they run: found by this run's service facts, or as the inventory lists them
+    assert jobs["node"] == [{"targets": ["10.0.0.5:9100"], "labels": {"host": "b1"}},
+                            {"targets": ["r1:9100"], "labels": {"host": "r1"}}]
+    assert jobs["dcgm"] == [{"targets": ["r1:9400"], "labels": {"host": "r1"}}]
+
+
+def test_a_router_without_metrics_and_an_unknown_exporter():
+    h = hv()
+    h["router"]["sglang_router_prometheus_port"] = 0
+    assert fleet.prometheus_targets(h, [], ["router"], exporters=EXPORTERS)["sglang-router"] == []
+    h["b1"]["ddtree_monitoring_found"] = ["nvml"]
+    with pytest.raises(Exception, match="b1: exporter 'nvml' is not one ddtree_monitoring_exporter_ports knows"):
+        fleet.prometheus_targets(h, ["b1"], [], exporters=EXPORTERS)
+
+
+def test_under_limit_the_other_hosts_keep_their_entries():
+    last = fleet.prometheus_targets(hv(), ["r1", "b1"], ["router"], instances=[{"name": "main", "port": 30000}],
+                                    exporters=EXPORTERS)
+    h = hv()
+    del h["r1"]["nvidia_facts_profile"], h["r1"]["ansible_facts"]  # r1 outside --limit: no facts this run
+    h["b1"]["ddtree_service_status"] = [{"name": "main", "release": "def456"}]
+    jobs = fleet.prometheus_targets(h, ["r1", "b1"], ["router"], instances=[{"name": "main", "port": 30000}],
+                                    exporters=EXPORTERS, previous=last, current=["b1"])
+    by = dict((tuple(g["targets"]), g["labels"]) for g in jobs["sglang"])
+    assert by[("10.0.0.5:30000",)]["release"] == "def456"          # reached: fresh
+    assert by[("r1:30001",)]["family"] == "rtx_pro_6000"           # not reached: as written last time
+    assert jobs["sglang-router"] == last["sglang-router"]
+
+
+@pytest.mark.skipif(not os.environ.get("DDTREE_PROMTOOL"), reason="DDTREE_PROMTOOL unset: run through scripts/test")
+def test_the_stage_writes_targets_and_rules_promtool_accepts(tmp_path):
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(yaml.safe_dump({"all": {"vars": {"ddtree_monitoring_exporters": []}, "children": {"fleet": {"children": {
+        "gpu_hosts": {"hosts": {"gpu-a.example.com": {"ddtree_service_profile": {"name": "b300", "speculative": {
+            "accept_length_floor": 2.0}}}, "gpu-b.example.com": {}}},
+        "routers": {"hosts": {"router.example.com": {}}}}}}}}))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), DDTREE_REPORT_DIR=str(tmp_path / "reports"),
+               ANSIBLE_PYTHON_INTERPRETER=sys.executable)
+    argv = ["ansible-playbook", "-i", str(inv), str(ROOT / "playbooks" / "monitoring.yml")]
+    for run in (1, 2):
+        p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+        assert p.returncode == 0, p.stdout + p.stderr
+        changed = sum(int(n) for n in re.findall(r"changed=(\d+)", p.stdout))
+        assert (changed == 0) == (run == 2), p.stdout  # a second run changes nothing
+    d = tmp_path / "reports" / "prometheus"
+    assert [g["targets"] for g in json.loads((d / "ddtree-sglang.json").read_text())] == [
+        ["gpu-a.example.com:30000"], ["gpu-b.example.com:30000"]]
+    assert json.loads((d / "ddtree-node.json").read_text()) == []
+    rules = d / "ddtree-fleet.rules.yml"
+    assert 'family="b300"} < 2.0' in rules.read_text()
+    check = subprocess.run([os.environ["DDTREE_PROMTOOL"], "check", "rules", str(rules)], capture_output=True, text=True,
+                           check=False)
+    assert check.returncode == 0 and "SUCCESS: 6 rules found" in check.stdout, check.stdout + check.stderr
