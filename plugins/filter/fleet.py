@@ -74,6 +74,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia as nvidia_mu
 from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia_health
 from ansible_collections.ddtree.fleet.plugins.module_utils.versions import version_tuple
+from ansible_collections.ddtree.fleet.plugins.filter.groups import group_role
 from ansible_collections.ddtree.fleet.plugins.filter.hosts import address, url_host
 
 try:
@@ -105,19 +106,23 @@ def gpu_preflight(host, nvidia, profile, checks=None, model_dir=None, model_size
     if enabled["driver"] and floor and (not driver or version_tuple(driver) < version_tuple(floor)):
         fails.append("%s: NVIDIA driver %s is older than %s, the minimum of profile %s: upgrade the driver to %s or newer"
                      % (host, driver or "(none)", floor, name, floor))
-    tp = int(profile.get("parallelism", {}).get("tp", 1))
+    # a serving group (profile nodes > 1) spreads the profile's parallelism and the model over its hosts
+    nodes = int(profile.get("nodes") or 1) if str(profile.get("nodes") or 1).isdigit() else 1
+    tp = int(profile.get("parallelism", {}).get("tp", 1)) // max(nodes, 1)
     interconnect = nv.get("topology", {}).get("interconnect")
     if enabled["nvlink"] and profile.get("requires_nvlink") and tp > 1 and tp >= count and interconnect != "nvlink":
         fails.append("%s: profile %s runs TP%d across all GPUs and needs NVLink between every pair, found interconnect "
                      "%s (smallest NVLink bond %s): check the NVLink/NVSwitch fabric (nvidia-smi nvlink -s) or use a "
                      "PCIe profile" % (host, name, tp, interconnect, nv.get("topology", {}).get("nvlink_min_links")))
     if enabled["gpu_memory"] and model_size_gib and count:
-        total_gib = sum(g.get("memory_total_mib") or 0 for g in nv.get("gpus", [])[:max(need, 1)]) / 1024.0
+        total_gib = nodes * sum(g.get("memory_total_mib") or 0 for g in nv.get("gpus", [])[:max(need, 1)]) / 1024.0
         want = float(model_size_gib) * float(profile.get("gpu_memory_headroom", 1.0))
         if total_gib < want:
-            fails.append("%s: %.0f GiB of GPU memory on %d GPU(s) cannot hold a %.0f GiB model with headroom x%s "
-                         "(%.0f GiB): use larger GPUs or a smaller/quantized model"
-                         % (host, total_gib, min(count, max(need, 1)), float(model_size_gib), profile.get("gpu_memory_headroom"), want))
+            fails.append("%s: %.0f GiB of GPU memory on %d GPU(s)%s cannot hold a %.0f GiB model with headroom x%s "
+                         "(%.0f GiB): use larger GPUs, a smaller/quantized model or a serving group over more hosts "
+                         "(profile nodes: N; docs/groups.md)"
+                         % (host, total_gib, min(count, max(need, 1)) * nodes, " on %d hosts" % nodes if nodes > 1 else "",
+                            float(model_size_gib), profile.get("gpu_memory_headroom"), want))
     if enabled["disk"] and disk_free_bytes is not None and model_size_gib is not None:
         if disk_free_bytes < float(model_size_gib) * GIB:
             fails.append("%s: %.1f GiB free for the model directory %s, the model needs %.1f GiB: free space or "
@@ -157,7 +162,8 @@ ROW_QUERY = """{
   gpu_list: ansible_facts.nvidia.gpus[].{index: index, numa_node: numa_node, memory_total_mib: memory_total_mib} || `[]`,
   bench_recorded: nvidia_facts_profile.bench_recorded || `[]`,
   accept_length_floor: nvidia_facts_profile.speculative.accept_length_floor,
-  profile_overrides: nvidia_facts_profile_overrides || `{}`
+  profile_overrides: nvidia_facts_profile_overrides || `{}`,
+  serving_group: nvidia_facts_serving_group || `{}`
 }"""
 
 
@@ -211,6 +217,8 @@ def fleet_rows(hostvars, hosts, previous=None, current=None):
             "bench_recorded": q["bench_recorded"],
             "accept_length_floor": q["accept_length_floor"],
             "profile_overrides": q["profile_overrides"],
+            "serving_group": dict((k, q["serving_group"].get(k)) for k in ("name", "rank", "nodes", "members", "rank0", "reason"))
+                             if q["serving_group"] else {},
             "from_previous_report": False,
         })
     return rows
@@ -287,10 +295,18 @@ def rollout_changed(instances, before, status):
 def worker_urls(hostvars_list, instances):
     """http://<address>:<port> of every instance of the given hosts: their ddtree_service_instances, else
     `instances` (common_instances: hostvars of another host do not hold role defaults). A host this run
-    refused (preflight: nvidia_facts_refused; admission gate: ddtree_service_refused) is left out."""
+    refused (preflight: nvidia_facts_refused; admission gate: ddtree_service_refused) is left out. Of a
+    serving group only rank 0 is a worker, and only while no member is refused."""
     out = []
-    for hv in hostvars_list:
-        if any(str(hv.get(flag)).lower() in ("true", "yes", "1") for flag in ("nvidia_facts_refused", "ddtree_service_refused")):
+    hostvars_list = list(hostvars_list)
+
+    def refused(hv):
+        return any(str(hv.get(flag)).lower() in ("true", "yes", "1") for flag in ("nvidia_facts_refused", "ddtree_service_refused"))
+    roles = [group_role(hv, hostvars_list) for hv in hostvars_list]
+    # a serving group is out when any member is (rank 0 alone cannot serve)
+    out_groups = set(g for (g, _r), hv in zip(roles, hostvars_list) if g and refused(hv))
+    for hv, (group, rank) in zip(hostvars_list, roles):
+        if refused(hv) or (group and (rank > 0 or group in out_groups)):
             continue
         addr = url_host(address(hv))
         for inst in hv.get("ddtree_service_instances") or instances:
@@ -327,14 +343,15 @@ def prometheus_targets(hostvars, gpu_hosts, routers=(), instances=(), router_por
         return jobs
     exporters = exporters or {}
     jobs = dict([("sglang", []), ("sglang-router", [])] + [(job, []) for job in exporters])
-    for h in sorted(gpu_hosts):
-        hv = hostvars.get(h) or {}
+    gpu_hvs = [hostvars.get(h) or {"inventory_hostname": h} for h in sorted(gpu_hosts)]
+    for h, hv in zip(sorted(gpu_hosts), gpu_hvs):
         addr = url_host(address(hv))
+        group, rank = group_role(hv, gpu_hvs)
         facts = (hv.get("ansible_facts") or {}).get("nvidia") or {}
         profile = hv.get("nvidia_facts_profile") or hv.get("ddtree_service_profile") or {}
         status = dict((s.get("name"), s) for s in hv.get("ddtree_service_status") or [] if isinstance(s, dict))
         base = {"host": h, "family": _label(facts.get("family") if facts.get("present") else profile.get("name")),
-                "profile": _label(profile.get("name")), "serving_group": _label(hv.get("ddtree_serving_group"))}
+                "profile": _label(profile.get("name")), "serving_group": _label(group), "node_rank": _label(rank if group else None)}
         for inst in hv.get("ddtree_service_instances") or instances:
             labels = dict(base, sglang_instance=str(inst["name"]),
                           release=_label((status.get(inst["name"]) or {}).get("release")))

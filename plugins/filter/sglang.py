@@ -62,6 +62,11 @@ options:
     description: Arguments appended as they are.
     type: list
     elements: str
+  group:
+    description:
+      - The host's multi-node serving group (C(nodes), C(rank), C(init_addr); see M(ddtree.fleet.serving_groups)) adds
+        C(--nnodes), C(--node-rank) and C(--dist-init-addr). Empty for a host that serves alone.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -91,7 +96,7 @@ def _algorithm(profile, algorithm):
 
 def sglang_argv(profile, model_path, drafter_path=None, algorithm=None, host="0.0.0.0", port=30000,
                 served_model_name=None, reasoning_parser=None, tool_call_parser=None, skip_all_warmup=False,
-                extra_args=None):
+                extra_args=None, group=None):
     spec = profile.get("speculative") or {}
     par = profile.get("parallelism") or {}
     graph = profile.get("cuda_graph") or {}
@@ -138,6 +143,9 @@ def sglang_argv(profile, model_path, drafter_path=None, algorithm=None, host="0.
         a += ["--max-running-requests", str(profile["max_running_requests"])]
     if profile.get("mem_fraction_static") not in (None, ""):
         a += ["--mem-fraction-static", str(profile["mem_fraction_static"])]
+    if group:
+        # a multi-node serving group: the same command line on every member but its rank (docs/groups.md)
+        a += ["--nnodes", str(group["nodes"]), "--node-rank", str(group["rank"]), "--dist-init-addr", str(group["init_addr"])]
     a += ["--host", str(host), "--port", str(port), "--enable-metrics"]
     if reasoning_parser:
         a += ["--reasoning-parser", reasoning_parser]
@@ -153,7 +161,7 @@ def sglang_server_expect(argv):
     `--flag value` as flag_name: value, numbers as numbers (what the health gate compares)."""
     wanted = ("tp_size", "ep_size", "dp_size", "attn_dp_size", "attention_backend", "page_size",
               "speculative_algorithm", "speculative_num_draft_tokens", "max_running_requests",
-              "cuda_graph_max_bs_decode", "served_model_name", "model_path", "port")
+              "cuda_graph_max_bs_decode", "served_model_name", "model_path", "port", "nnodes", "node_rank")
     out, i = {}, 0
     while i < len(argv):
         key = argv[i][2:].replace("-", "_") if argv[i].startswith("--") else None
@@ -245,7 +253,8 @@ def sglang_instances(instances, settings):
         argv = sglang_argv(profile, s["model_path"], drafter_path=s.get("drafter_path"), algorithm=s.get("algorithm"),
                            host=s.get("host", "0.0.0.0"), port=inst["port"], served_model_name=s.get("served_model_name"),
                            reasoning_parser=s.get("reasoning_parser"), tool_call_parser=s.get("tool_call_parser"),
-                           skip_all_warmup=skip_vision and not patched, extra_args=s.get("extra_args"))
+                           skip_all_warmup=skip_vision and not patched, extra_args=s.get("extra_args"),
+                           group=s.get("group") or None)
         state, cache = "/var/lib/%s/%s" % (s["unit"], inst["name"]), "/var/cache/%s/%s" % (s["unit"], inst["name"])
         env = {"HOME": state, "XDG_CACHE_HOME": cache, "TRITON_CACHE_DIR": cache + "/triton",
                "TORCHINDUCTOR_CACHE_DIR": cache + "/inductor", "FLASHINFER_WORKSPACE_BASE": cache}
@@ -253,6 +262,8 @@ def sglang_instances(instances, settings):
         env.update(s.get("env") or {})
         if skip_vision and patched:
             env.update(provided)
+        if s.get("group"):
+            env.update(s.get("group_env") or {})  # NCCL/Gloo interfaces of a serving group
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
         out.append({"name": inst["name"], "port": int(inst["port"]), "gpus": gpus, "cpus": cpus, "argv": argv,

@@ -305,7 +305,10 @@ def summarize_topology(topo, gpu_count):
         "interconnect": interconnect,
         "nvlink_min_links": min(links) if links and interconnect != "unknown" else None,
         "matrix": matrix,
-        "nics": topo["nics"],
+        # the GPUDirect RDMA NICs: on a PCIe switch with a GPU (PIX, PXB); a frontend or bonded NIC across the
+        # CPU (NODE, SYS) is not one (multi-node serving groups take NCCL_IB_HCA from these)
+        "nics": [dict(n, near_gpus=[g for g in names if topo["matrix"].get(g, {}).get(n["name"]) in ("PIX", "PXB")])
+                 for n in topo["nics"]],
     }
 
 

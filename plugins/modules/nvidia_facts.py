@@ -155,7 +155,10 @@ ansible_facts:
               type: list
               elements: int
             nics:
-              description: NICs in the topology, with their device names from the NIC legend.
+              description:
+                - NICs in the topology, with their device names from the NIC legend (C(name), C(device)) and, in
+                  C(near_gpus), the GPUs on a PCIe switch with them (PIX or PXB), the GPUDirect RDMA NICs a serving group's
+                  NCCL uses.
               type: list
               elements: dict
         health:

@@ -71,6 +71,13 @@ options:
   accept_length_floor:
     description: The mean accept length the gate requests must reach; omitted, acceptance is not checked.
     type: float
+  member:
+    description:
+      - The server is a member of rank 1 or above of a multi-node serving group. SGLang serves only C(/health) there
+        (a stand-alone health server, up once the node's schedulers joined rank 0 and loaded their shard), so the gate
+        polls C(/health) and stops there; rank 0 answers for the group.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - ddtree.fleet.attributes.read_only
 author:
@@ -184,6 +191,7 @@ def main():
             reference=dict(type="dict"),
             min_prefix=dict(type="int", default=16),
             accept_length_floor=dict(type="float"),
+            member=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -193,8 +201,9 @@ def main():
     result = dict(changed=False, healthy=False, seconds=0.0, drift={}, gate_problems=[])
     restarts0 = unit_state(module, p["unit"]).get("NRestarts") if p["unit"] else None
     last = None
+    probe = "/health" if p["member"] else "/health_generate"
     while True:
-        code, body = get(base + "/health_generate", timeout=30)
+        code, body = get(base + probe, timeout=30)
         if code == 200:
             break
         last = "%s %s" % (code, body[:200].decode("utf-8", "replace"))
@@ -205,9 +214,12 @@ def main():
                                      "crashed; see its journal" % (p["unit"], st.get("ActiveState"), st.get("SubState"),
                                                                    st.get("NRestarts")), **result)
         if time.time() - start > p["timeout"]:
-            module.fail_json(msg="%s/health_generate did not answer 200 within %ds (last: %s)" % (base, p["timeout"], last), **result)
+            module.fail_json(msg="%s%s did not answer 200 within %ds (last: %s)" % (base, probe, p["timeout"], last), **result)
         time.sleep(p["interval"])
     result["seconds"] = round(time.time() - start, 1)
+    if p["member"]:
+        result["healthy"] = True
+        module.exit_json(**result)
     code, body = get(base + "/v1/models", p["api_key"])
     try:
         models = [m.get("id") for m in json.loads(body).get("data", [])] if code == 200 else []

@@ -29,6 +29,13 @@ argv>", "mode": ...}; the first entry whose match is in the command line applies
                    autoregressive ones from position N on (a kernel or CUDA-graph bug that keeps
                    the server "healthy")
   accept_collapsed with a speculative algorithm, accept length 1.0 (no draft token accepted)
+Multi-node serving groups (--nnodes N --node-rank R --dist-init-addr HOST:PORT), modelled on SGLang's:
+  rank 0 listens on the init address; every other rank connects to it (retrying until it answers, as
+  torch.distributed does), says its rank and nnodes, and is refused when they do not fit (then exits 3,
+  a misconfigured member). Rank 0's /health_generate answers 200 only once every rank has joined; a
+  joined rank that goes away takes the group down (rank 0 exits 3, like an aborted NCCL communicator),
+  and a rank that loses rank 0 exits 3. Ranks >= 1 serve only /health, /health_generate, /ping and
+  /metrics (SGLang's stand-alone health server of non-zero ranks), once joined.
 Greedy output: /generate returns output_ids, a deterministic function of the prompt and the
 position (the same with and without speculation, as greedy decoding must be).
 Load time: --double-load-seconds is not used (unknown flags are refused by the flag contract);
@@ -36,6 +43,7 @@ the env DDTREE_SGLANG_DOUBLE_LOAD_S (default 1) sets it.
 """
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -111,8 +119,12 @@ class State:
         self.total = 0
         self.lock = threading.Lock()
 
+        self.nnodes = int(args.get("nnodes") or 1)
+        self.joined = set()
+        self.member = False
+
     def ready(self):
-        return time.time() >= self.ready_at
+        return time.time() >= self.ready_at and len(self.joined) >= self.nnodes - 1
 
     def accept_length(self):
         """What SGLang reports per request: None without speculation, 1.0 when every draft is rejected."""
@@ -166,6 +178,12 @@ def make_handler(state):
 
         def do_GET(self):
             path = self.path.split("?")[0]
+            if state.member:  # a non-zero rank: SGLang's stand-alone health server
+                if path in ("/health", "/health_generate", "/ping"):
+                    return self.send(200, b"", "text/plain")
+                if path == "/metrics":
+                    return self.send(200, "# non-zero rank: no request metrics\n", "text/plain; version=0.0.4")
+                return self.send(404, {"detail": "Not Found"})
             if path in ("/health", "/health_generate", "/ready"):
                 ok = state.ready() and not (path != "/ready" and state.fault == "unhealthy")
                 return self.send(200 if ok else 503, {} if ok else {"error": "not ready"})
@@ -210,6 +228,8 @@ def make_handler(state):
             self.wfile.flush()
 
         def do_POST(self):
+            if state.member:
+                return self.send(404, {"detail": "Not Found"})
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
             if not self.authorized():
@@ -249,6 +269,65 @@ def make_handler(state):
     return Handler
 
 
+def _init_addr(args):
+    host, port = str(args["dist_init_addr"]).rsplit(":", 1)
+    return host.strip("[]"), int(port)
+
+
+def rendezvous(state):
+    """Rank 0: accept the other ranks on the init address; exit when a joined rank goes away."""
+    host, port = _init_addr(state.args)
+    srv = socket.create_server(("", port), family=socket.AF_INET6 if ":" in host else socket.AF_INET, reuse_port=False)
+
+    def serve(conn):
+        words = conn.makefile("r").readline().split()
+        rank = int(words[1]) if len(words) == 3 and words[1].isdigit() else -1
+        nnodes = int(words[2]) if len(words) == 3 and words[2].isdigit() else -1
+        if nnodes != state.nnodes or not 0 < rank < state.nnodes or rank in state.joined:
+            sys.stderr.write("sglang-double: refused %s (this group: nnodes %d, joined %s)\n" % (words, state.nnodes, sorted(state.joined)))
+            conn.sendall(b"refused nnodes %d\n" % state.nnodes)
+            conn.close()
+            return
+        conn.sendall(b"ok\n")
+        state.joined.add(rank)
+        sys.stderr.write("sglang-double: rank %d joined (%d of %d)\n" % (rank, len(state.joined) + 1, state.nnodes))
+        while conn.recv(64):
+            pass
+        sys.stderr.write("sglang-double: rank %d left the group: communicator aborted\n" % rank)
+        os._exit(3)
+
+    def accept():
+        while True:
+            conn, _ = srv.accept()
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+    threading.Thread(target=accept, daemon=True).start()
+
+
+def join(args):
+    """Rank >= 1: join rank 0 (retrying), or exit 3 when it refuses; exit 3 when rank 0 goes away later."""
+    host, port = _init_addr(args)
+    while True:
+        try:
+            conn = socket.create_connection((host, port), timeout=5)
+            break
+        except OSError:
+            time.sleep(0.5)
+    conn.settimeout(None)
+    conn.sendall(b"join %d %d\n" % (int(args.get("node_rank") or 0), int(args.get("nnodes") or 1)))
+    answer = conn.makefile("r").readline().strip()
+    if answer != "ok":
+        sys.stderr.write("sglang-double: rank 0 at %s:%d refused this rank: %s\n" % (host, port, answer))
+        sys.exit(3)
+    sys.stderr.write("sglang-double: joined rank 0 at %s:%d\n" % (host, port))
+
+    def watch():
+        while conn.recv(64):
+            pass
+        sys.stderr.write("sglang-double: lost rank 0: communicator aborted\n")
+        os._exit(3)
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main(argv):
     args = parse(argv)
     if "config" in args:
@@ -263,6 +342,11 @@ def main(argv):
         sys.stderr.write("sglang-double: --model-path %s is not a directory\n" % args.get("model_path"))
         return 2
     state = State(args, fault)
+    if state.nnodes > 1 and int(args.get("node_rank") or 0) > 0:
+        join(args)  # then the stand-alone health server of a non-zero rank
+        state.member = True
+    elif state.nnodes > 1:
+        rendezvous(state)
     server = ThreadingHTTPServer((str(args.get("host", "127.0.0.1")), int(args.get("port", 30000))), make_handler(state))
     if fault and fault.startswith("crash_after:"):
         threading.Timer(float(fault.split(":", 1)[1]), lambda: os._exit(3)).start()

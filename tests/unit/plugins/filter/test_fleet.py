@@ -1,33 +1,12 @@
 """gpu_preflight and fleet_rows on facts built from real captures."""
-import copy
-from pathlib import Path
 
 import pytest
-import yaml
 
 from ansible_collections.ddtree.fleet.plugins.filter import fleet
 from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia
+from helpers import facts_of, profile
 
-ROOT = Path(__file__).resolve().parents[4]
-REPLAYS = ROOT / "tests" / "doubles" / "replays"
 GIB = 1024 ** 3
-
-
-def facts_of(replay):
-    import json
-    doc = json.loads((REPLAYS / replay / "gpus.json").read_text())
-    topo = nvidia.parse_topo((REPLAYS / replay / "topo-m.txt").read_text())
-    return nvidia.build_facts(doc["gpus"], topo, doc["cuda_version"])
-
-
-def profile(family, **over):
-    base = yaml.safe_load((ROOT / "profiles" / "_defaults.yml").read_text())
-    fam = yaml.safe_load((ROOT / "profiles" / (family + ".yml")).read_text())
-    merged = copy.deepcopy(base)
-    for k, v in fam.items():
-        merged[k] = dict(merged.get(k, {}), **v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
-    merged.update(over)
-    return merged
 
 
 OK = dict(model_dir="/opt/ddtree/models", model_size_gib=561, disk_free_bytes=2000 * GIB, memtotal_mb=2048 * 1024)

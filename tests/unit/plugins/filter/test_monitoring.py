@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from ansible_collections.ddtree.fleet.plugins.filter import fleet
-from test_fleet import facts_of, profile as prof
+from helpers import facts_of, profile as prof
 
 ROOT = Path(__file__).resolve().parents[4]
 EXPORTERS = {"node": 9100, "dcgm": 9400}
@@ -37,7 +37,7 @@ def test_targets_per_job_with_the_fleets_labels():
     sg = jobs["sglang"]
     assert [g["targets"] for g in sg] == [["10.0.0.5:30000"], ["r1:30000"], ["r1:30001"]]
     assert sg[0]["labels"] == {"host": "b1", "family": "b300", "profile": "b300", "sglang_instance": "main",
-                               "release": "abc123", "serving_group": ""}
+                               "release": "abc123", "serving_group": "", "node_rank": ""}
     assert sg[2]["labels"]["family"] == "rtx_pro_6000" and sg[2]["labels"]["sglang_instance"] == "b"
     assert sg[2]["labels"]["release"] == ""  # not deployed in this run
     assert jobs["sglang-router"] == [{"targets": ["[fd00::7]:29000"], "labels": {"host": "router", "router_port": "30080"}}]

@@ -1,7 +1,7 @@
 """The HTML report's pictures (ddtree.fleet.fleet_charts) and profile evidence, from rows built on real
 captures. The page itself is opened in headless Chromium by molecule/fleet."""
 from ansible_collections.ddtree.fleet.plugins.filter import fleet, report
-from test_fleet import facts_of, profile
+from helpers import facts_of, profile
 
 
 def rows():

@@ -142,3 +142,27 @@ def test_sglang_status_rows_from_the_status_reads():
     assert rows == [{"name": "main", "port": 30000, "gpus": [0, 1], "release": "abc", "algorithm": "DFLASH", "healthy": True},
                     {"name": "b", "port": 30001, "gpus": [0, 1], "release": "def", "algorithm": "none", "healthy": False}]
     assert f.sglang_status([]) == []
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_serving_group_member_renders_its_rank_and_sglang_accepts_it(contract, family):
+    """Every member of a two-host group runs the same command line but for --node-rank, accepted by the
+    real 0.5.23 flag contract; the health gate reads --nnodes and --node-rank back from /server_info."""
+    group = {"nodes": 2, "init_addr": "10.0.0.1:20000"}
+    ranks = [render(family, group=dict(group, rank=r)) for r in (0, 1)]
+    for r, argv in enumerate(ranks):
+        assert sf.check_argv(contract, argv) == []
+        assert argv[argv.index("--nnodes") + 1] == "2" and argv[argv.index("--node-rank") + 1] == str(r)
+        assert argv[argv.index("--dist-init-addr") + 1] == "10.0.0.1:20000"
+        assert f.sglang_server_expect(argv)["node_rank"] == r and f.sglang_server_expect(argv)["nnodes"] == 2
+    differ = [i for i, (a, b) in enumerate(zip(*ranks)) if a != b]
+    assert len(ranks[0]) == len(ranks[1]) and [ranks[0][i - 1] for i in differ] == ["--node-rank"]
+
+
+def test_a_group_member_gets_the_nccl_interfaces_a_host_alone_does_not():
+    env = {"NCCL_SOCKET_IFNAME": "=eth0", "NCCL_IB_HCA": "=mlx5_10,mlx5_11"}
+    group = {"nodes": 2, "rank": 1, "init_addr": "10.0.0.1:20000"}
+    member = f.sglang_instances([{"name": "main", "port": 30000}], settings(group=group, group_env=env))[0]
+    alone = f.sglang_instances([{"name": "main", "port": 30000}], settings(group_env=env))[0]
+    assert member["env"]["NCCL_IB_HCA"] == "=mlx5_10,mlx5_11" and "NCCL_IB_HCA" not in alone["env"]
+    assert "--nnodes" in member["argv"] and "--nnodes" not in alone["argv"]

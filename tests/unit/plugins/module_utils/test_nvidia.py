@@ -288,3 +288,14 @@ def test_topo_row_that_cannot_be_read_keeps_the_rest_and_warns():
     assert any("GPU5" in w and "readable" in w for w in messy["warnings"])
     facts = nvidia.summarize_topology(messy, 8)
     assert facts["interconnect"] == "unknown"  # a pair that cannot be read is not guessed
+
+
+def test_the_gpudirect_nics_are_those_on_a_switch_with_a_gpu():
+    """Real B300 capture: mlx5_10..17 each sit on a PCIe switch with one GPU (PXB); mlx5_bond_0, the bonded
+    frontend NIC, is across the CPU (NODE/SYS) from every GPU and is no NIC for NCCL."""
+    topo = nvidia.parse_topo(read("b300/topo-m__2.txt"))
+    nics = nvidia.build_facts(rows_for(8), topo)["topology"]["nics"]
+    near = dict((n["device"], n["near_gpus"]) for n in nics)
+    assert near["mlx5_bond_0"] == []
+    assert all(len(near["mlx5_1%d" % i]) >= 1 for i in range(8)), near
+    assert sorted(g for i in range(8) for g in near["mlx5_1%d" % i]) == ["GPU%d" % i for i in range(8)], near

@@ -107,6 +107,7 @@ def server(tmp_path):
                               "kimi", "--host", "127.0.0.1", "--port", str(port), *argv], env=env)
         procs.append(p)
         return "http://127.0.0.1:%d" % port
+    start.procs = procs
     yield start
     for p in procs:
         p.kill()
@@ -170,3 +171,27 @@ def test_gate_refuses_collapsed_acceptance_with_measured_and_expected(run_module
                    accept_length_floor=1.5)
     assert r["failed"] and r["accept_length"] == 1.0
     assert "acceptance: mean accept length 1.00 over 2 requests is under the floor 1.50" in r["msg"]
+
+
+def test_a_serving_group_is_healthy_only_with_every_rank(run_module, server, tmp_path):
+    """The stand-in models SGLang's rendezvous: rank 0 answers /health_generate only once rank 1 joined its init
+    address; a rank of another group shape is refused; rank 1 serves only /health (the gate's member mode);
+    when rank 1 goes away, rank 0 goes down with it."""
+    init = "127.0.0.1:%d" % free_port()
+    rank0 = server("--nnodes", "2", "--node-rank", "0", "--dist-init-addr", init)
+    r = run_module("sglang_health", url=rank0, model="kimi", timeout=3, interval=0.2)
+    assert r["failed"] and "did not answer 200 within 3s" in r["msg"]  # alone, rank 0 waits for rank 1
+    wrong = subprocess.run([sys.executable, str(DOUBLE), "--model-path", str(tmp_path / "model"), "--nnodes", "3",
+                            "--node-rank", "1", "--dist-init-addr", init, "--port", str(free_port())],
+                           capture_output=True, text=True, timeout=30)
+    assert wrong.returncode == 3 and "refused" in wrong.stderr
+    rank1 = server("--nnodes", "2", "--node-rank", "1", "--dist-init-addr", init)
+    assert run_module("sglang_health", url=rank1, model="kimi", member=True, timeout=20, interval=0.2)["healthy"]
+    r = run_module("sglang_health", url=rank0, model="kimi", expect={"nnodes": 2, "node_rank": 0}, timeout=20, interval=0.2)
+    assert r["healthy"] and r["server_info"] == {"nnodes": 2, "node_rank": 0}
+    r = run_module("sglang_health", url=rank1, model="kimi", timeout=3, interval=0.2)
+    assert r["failed"] and "/v1/models" in r["msg"]  # no API on a non-zero rank: only the member gate fits it
+    procs = server.procs
+    procs[-1].kill()
+    procs[-1].wait()
+    assert procs[0].wait(timeout=10) == 3  # rank 0 goes down with its group
