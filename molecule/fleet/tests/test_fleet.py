@@ -1,10 +1,11 @@
 """Verify the fleet after site.yml (converge + idempotence) and a rollout behind the real
-sglang-router: every GPU host serves its family's release behind the router; then a changed
-profile rolls out with one host made to fail its health gate (rolled back, kept out of the
-router, later hosts untouched, a watcher sees at least N - 1 workers the whole time); then, the
-fault fixed, the same rollout again only cycles the hosts that still need the change. A real
-Prometheus (Debian's package) scrapes the fleet from the file_sd targets site.yml wrote: every
-instance is up with its family and release, and the router's series show each drain."""
+sglang-router: the two B300 hosts serve one model as a two-host serving group (TP16, rank 0 the
+router's worker), the RTX PRO 6000 host alone; then a changed profile rolls out with the group's
+rank 1 made to crash on it (the whole group rolled back and kept out of the router, the later host
+untouched, a watcher sees at least N - 1 workers the whole time); then, the fault fixed, the same
+rollout cycles the group as one unit. Killing a member's unit takes its group out of the routing.
+A real Prometheus (Debian's package) scrapes the fleet from the file_sd targets site.yml wrote:
+every instance is up with its family, release and group, and the router's series show each drain."""
 import json
 import os
 import socket
@@ -23,8 +24,15 @@ from verify import other, playbook  # noqa: E402
 
 testinfra_hosts = ["ansible://fl-router"]
 GPU = ["fl-b300-1", "fl-b300-2", "fl-rtx-1"]
+GROUP = ["fl-b300-1", "fl-b300-2"]  # one serving group, in rank order (host_vars: nodes 2, TP16)
+WORKERS = ["fl-b300-1", "fl-rtx-1"]  # what the router serves from: the group's rank 0 and the host alone
 CHANGE = {"nvidia_facts_profile_overrides": {"min_ram_gib": 1, "max_running_requests": 100},
           "ddtree_rollout_batch": 1, "ddtree_service_health_timeout": 20}
+
+
+def rendered(name):
+    """The command line the host's current release runs."""
+    return json.loads(other(name).file("/opt/ddtree/service/main/current/release.json").content_string)["argv"]
 
 
 def url_of(name):
@@ -128,7 +136,7 @@ def eventually(fn, seconds=60):
 
 def test_site_serves_every_family_behind_the_router(host):
     assert host.service("ddtree-sglang-router.service").is_running
-    assert sorted(w["url"] for w in workers(host)) == sorted(url_of(n) for n in GPU)
+    assert sorted(w["url"] for w in workers(host)) == sorted(url_of(n) for n in WORKERS)
     out = host.check_output("curl -sf -X POST http://127.0.0.1:30080/generate -H 'Content-Type: application/json' "
                             "-d '{\"text\": \"hi\", \"sampling_params\": {\"max_new_tokens\": 4}}'")
     assert json.loads(out)["text"] == "tok tok tok tok"
@@ -139,14 +147,29 @@ def test_site_serves_every_family_behind_the_router(host):
         assert h.file("/opt/ddtree/models/drafter/.ddtree-manifest.json").exists
         assert h.file("/opt/ddtree/venvs/sglang-0.5.23-test/.ddtree/sglang-patch.json").exists
         assert h.service("ddtree-sglang@main.service").is_running
+    for n in WORKERS:
         srv = info(n)
         assert srv["max_running_requests"] == 128
-        # the family's profile: TP8 on NVLink (B300); expert parallel over PCIe (RTX PRO 6000)
-        assert int(srv["tp_size"]) == 8 and int(srv.get("ep_size", 1)) == (1 if n.startswith("fl-b300") else 8), srv
+        # the family's profile: TP over NVLink (B300, TP16 over the group's two hosts); expert parallel over PCIe (RTX PRO 6000)
+        assert (int(srv["tp_size"]), int(srv.get("ep_size", 1))) == ((16, 1) if n in GROUP else (8, 8)), srv
+    # the group: the same command line on both but the rank, rank 0's init address; rank 1 serves only /health
+    argv = [rendered(n) for n in GROUP]
+    for r, a in enumerate(argv):
+        assert a[a.index("--nnodes") + 1] == "2" and a[a.index("--node-rank") + 1] == str(r), a
+        assert a[a.index("--dist-init-addr") + 1] == "%s:20000" % other(GROUP[0]).ansible.get_variables()["ansible_host"]
+    assert [argv[0][i - 1] for i, (a, b) in enumerate(zip(*argv)) if a != b] == ["--node-rank"] and len(argv[0]) == len(argv[1])
+    member = other(GROUP[1])
+    assert member.run("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/health").stdout == "200"
+    assert member.run("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/v1/models").stdout == "404"
+    env = member.file("/opt/ddtree/service/main/current/release.json").content_string
+    assert '"GLOO_SOCKET_IFNAME"' in env and '"NCCL_SOCKET_IFNAME": "=' in env, env
     report = json.loads(Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "reports", "fleet.json").read_text())
     rows = {r["host"]: r for r in report["hosts"]}
     assert rows["fl-b300-1"]["family"] == "b300" and rows["fl-rtx-1"]["family"] == "rtx_pro_6000"
     assert all(rows[n]["service"][0]["healthy"] for n in GPU)
+    groups = [rows[n]["serving_group"] for n in GPU]
+    assert groups[0]["name"] == groups[1]["name"] == "b300-2x8-1" and groups[0]["members"] == GROUP and not groups[2]
+    assert [g.get("rank") for g in groups[:2]] == [0, 1] and "formed" in groups[0]["reason"]
 
 
 def test_prometheus_scrapes_every_instance_from_the_targets(host, prometheus):
@@ -162,9 +185,11 @@ def test_prometheus_scrapes_every_instance_from_the_targets(host, prometheus):
         assert labels["family"] == ("b300" if n.startswith("fl-b300") else "rtx_pro_6000"), labels
         assert labels["release"] == release(n) and labels["sglang_instance"] == "main", labels
         assert labels["instance"] == url_of(n)[len("http://"):]  # Prometheus's own: the scraped address
+        # Prometheus drops a label whose value is empty
+        assert (labels.get("serving_group", ""), labels.get("node_rank", "")) == (("b300-2x8-1", str(GROUP.index(n))) if n in GROUP else ("", ""))
     router = eventually(lambda: value(prometheus, 'up{job="sglang-router"}', "1"))
     assert router["metric"]["host"] == "fl-router"
-    eventually(lambda: value(prometheus, "sum(smg_worker_pool_size)", str(len(GPU))))
+    eventually(lambda: value(prometheus, "sum(smg_worker_pool_size)", str(len(WORKERS))))
 
 
 def test_report_alone_reads_what_each_host_serves(host):
@@ -202,11 +227,11 @@ def test_a_degraded_gpu_host_is_refused_and_stays_out_of_the_router(host):
         rtx.run_test("rm -f /etc/nvidia-smi-replay/q")
     assert r.returncode != 0
     assert "fl-rtx-1: GPU 0 (00000000:19:00.0) clock event reason is HW Slowdown + HW Power Brake Slowdown" in r.text, r.text[-3000:]
-    assert sorted(w["url"] for w in workers(host)) == sorted([url_of("fl-b300-1"), url_of("fl-b300-2")])
+    assert sorted(w["url"] for w in workers(host)) == [url_of("fl-b300-1")]
     assert main_pid("fl-rtx-1") == pid  # refused before its service changed
     r = playbook("site.yml")
     assert r.returncode == 0, r.text[-3000:]
-    assert sorted(w["url"] for w in workers(host)) == sorted(url_of(n) for n in GPU)
+    assert sorted(w["url"] for w in workers(host)) == sorted(url_of(n) for n in WORKERS)
 
 
 def test_bench_gate_refuses_a_slower_release(host):
@@ -230,51 +255,74 @@ def test_bench_gate_refuses_a_slower_release(host):
     r = playbook("playbooks/rollout.yml", "-e", json.dumps(gate), limit="fl-rtx-1")
     assert r.returncode == 0, r.text
     assert release("fl-rtx-1") == before
-    assert sorted(w["url"] for w in workers(host)) == sorted(url_of(n) for n in GPU)
+    assert sorted(w["url"] for w in workers(host)) == sorted(url_of(n) for n in WORKERS)
 
 
-def test_rollout_with_a_failing_host(host, prometheus):
+def test_rollout_with_a_failing_group_member(host, prometheus):
+    """The serving group is the canary unit; its rank 1 crashes on the new command line (a bad member config):
+    the whole group returns to its previous release, stays out of the router, and the host after it is untouched."""
     before = {n: release(n) for n in GPU}
     other("fl-b300-2").run_test("mkdir -p /etc/ddtree-sglang-double && echo '%s' > /etc/ddtree-sglang-double/faults.json"
-                                % json.dumps([{"match": "--max-running-requests 100", "mode": "unhealthy"}]))
+                                % json.dumps([{"match": "--max-running-requests 100", "mode": "crash"}]))
     r, samples = rollout(host, CHANGE)
-    assert r.returncode != 0 and "fl-b300-2" in r.text and "failed its admission gate" in r.text, r.text
-    # canary: updated, serving the new settings, back in the router
-    assert release("fl-b300-1") != before["fl-b300-1"] and info("fl-b300-1")["max_running_requests"] == 100
-    # the failing host: its previous release restored and healthy, but kept out of the router
-    assert release("fl-b300-2") == before["fl-b300-2"] and info("fl-b300-2")["max_running_requests"] == 128
-    # after the failure: untouched
+    assert r.returncode != 0 and "serving group b300-2x8-1" in r.text and "failed its admission gate" in r.text, r.text[-4000:]
+    assert "fl-b300-2 (rank 1)" in r.text, r.text[-4000:]  # the message names the member that failed
+    # every member back on its previous release, the group serving again (rank 0 healthy with rank 1 joined)
+    assert all(release(n) == before[n] for n in GROUP) and info("fl-b300-1")["max_running_requests"] == 128
+    assert "--max-running-requests 128" in " ".join(rendered("fl-b300-2"))
+    # but kept out of the router; after the failure: untouched
     assert release("fl-rtx-1") == before["fl-rtx-1"] and info("fl-rtx-1")["max_running_requests"] == 128
-    assert sorted(w["url"] for w in workers(host)) == sorted([url_of("fl-b300-1"), url_of("fl-rtx-1")])
-    assert samples and min(samples) >= len(GPU) - 1, samples  # capacity never below N - batch
-    # the record: the canary cycled, the failing host drained and refused with its release restored
+    assert [w["url"] for w in workers(host)] == [url_of("fl-rtx-1")]
+    assert samples and min(samples) >= len(WORKERS) - 1, samples  # capacity never below N - batch (in units)
+    # the record: both members drained (rank 0 from the router) and refused, their releases restored
     record = json.loads(sorted((REPORTS / "rollouts").glob("*.json"))[-1].read_text())
-    assert record["outcome"] == "stopped: fl-b300-2 failed" and record["probe"] is None, record
-    assert [e["event"] for e in record["hosts"]["fl-b300-1"]] == ["drained", "deployed", "rejoined"]
-    refused = record["hosts"]["fl-b300-2"]
-    assert [e["event"] for e in refused] == ["drained", "refused"] and refused[1]["restored"], refused
+    assert record["outcome"].startswith("stopped: fl-b300-") and record["probe"] is None, record
+    for n in GROUP:
+        events = record["hosts"][n]
+        assert [e["event"] for e in events] == ["drained", "refused"] and events[1]["restored"], (n, events)
     assert "fl-rtx-1" not in record["hosts"]
-    # Prometheus saw it: the router's health series of the canary dipped (drained) and came back, the
-    # failing host's stays out, and the pool never had fewer than N - 1 workers
+    # Prometheus saw it: the group's worker left the routing and stays out, the pool never below N - 1
     def seen():
-        canary = 'smg_worker_health{worker="%s"}' % url_of("fl-b300-1")
-        value(prometheus, "min_over_time(%s[10m])" % canary, "-1")
-        value(prometheus, canary, "1")
-        value(prometheus, 'smg_worker_health{worker="%s"}' % url_of("fl-b300-2"), "-1")
-        value(prometheus, "min_over_time(sum(smg_worker_pool_size)[10m:1s])", str(len(GPU) - 1))
+        rank0 = 'smg_worker_health{worker="%s"}' % url_of("fl-b300-1")
+        value(prometheus, rank0, "-1")
+        value(prometheus, "min_over_time(sum(smg_worker_pool_size)[10m:1s])", str(len(WORKERS) - 1))
     eventually(seen, 30)
 
 
-def test_rollout_again_after_the_fix_cycles_only_what_changes(host):
+def test_rollout_again_after_the_fix_cycles_the_group_as_one(host):
     other("fl-b300-2").run_test("rm -f /etc/ddtree-sglang-double/faults.json")
-    canary = (release("fl-b300-1"), restarts("fl-b300-1"))
+    before = {n: (release(n), restarts(n)) for n in GPU}
     r, samples = rollout(host, CHANGE)
-    assert r.returncode == 0, r.text
-    # the canary already had the change: not drained, not restarted
-    assert (release("fl-b300-1"), restarts("fl-b300-1")) == canary
-    assert all(info(n)["max_running_requests"] == 100 for n in GPU)
-    assert sorted(w["url"] for w in workers(host)) == sorted(url_of(n) for n in GPU)
-    assert samples and min(samples) >= len(GPU) - 2, samples  # fl-b300-2 was already out
+    assert r.returncode == 0, r.text[-4000:]
+    # both members on a new release and restarted, the group serving the change through rank 0
+    assert all(release(n) != before[n][0] and restarts(n) != before[n][1] for n in GPU)
+    assert all(info(n)["max_running_requests"] == 100 for n in WORKERS)
+    assert "--max-running-requests 100" in " ".join(rendered("fl-b300-2"))
+    assert sorted(w["url"] for w in workers(host)) == sorted(url_of(n) for n in WORKERS)
+    assert samples and min(samples) >= len(WORKERS) - 1, samples
+    record = json.loads(sorted((REPORTS / "rollouts").glob("*.json"))[-1].read_text())
+    assert all([e["event"] for e in record["hosts"][n]] == ["drained", "deployed", "rejoined"] for n in GPU), record["hosts"]
+
+
+def test_a_dead_member_takes_its_group_out_of_the_routing(host, prometheus):
+    """Killing rank 1's server takes rank 0 down with it (the communicator is gone): the router stops routing to
+    the group within its health checks, requests still succeed on the host alone; site.yml brings the group back."""
+    assert sorted(w["url"] for w in workers(host)) == sorted(url_of(n) for n in WORKERS)
+    pid = main_pid("fl-b300-1")
+    other("fl-b300-2").run_test("systemctl kill -s KILL ddtree-sglang@main.service")
+    def rank0_went_down():  # with its member: the stand-in's rank 0 exits when a joined rank goes away
+        assert main_pid("fl-b300-1") != pid, "rank 0 is still the same process"
+    eventually(rank0_went_down, 30)
+    rank0 = 'smg_worker_health{worker="%s"}' % url_of("fl-b300-1")
+    eventually(lambda: value(prometheus, rank0, "0"), 90)
+    for _ in range(6):  # the router sends nothing to the broken group
+        out = host.check_output("curl -sf -X POST http://127.0.0.1:30080/generate -H 'Content-Type: application/json' "
+                                "-d '{\"text\": \"hi\", \"sampling_params\": {\"max_new_tokens\": 2}}'")
+        assert json.loads(out)["text"] == "tok tok"
+    r = playbook("site.yml")
+    assert r.returncode == 0, r.text[-3000:]
+    eventually(lambda: value(prometheus, rank0, "1"), 90)
+    assert sorted(w["url"] for w in workers(host)) == sorted(url_of(n) for n in WORKERS)
 
 
 class Dom:
@@ -340,6 +388,8 @@ def test_the_html_report_as_a_browser_shows_it(host):
     shot = subprocess.run(argv + ["--screenshot=%s" % (REPORTS / "fleet.png"), "--window-size=1400,2600", page.as_uri()],
                           capture_output=True, text=True, timeout=120, check=False)
     assert shot.returncode == 0 and (REPORTS / "fleet.png").stat().st_size > 50000, shot.stderr[-2000:]
+    if os.environ.get("DDTREE_KEEP_SCREENSHOT"):  # docs/fleet-report.png is taken this way
+        Path(os.environ["DDTREE_KEEP_SCREENSHOT"]).write_bytes((REPORTS / "fleet.png").read_bytes())
     d = Dom(dom)
     assert sorted(d.host_rows) == sorted(GPU + ["fl-router", "fl-src"]), d.host_rows
     for n in GPU:
@@ -354,6 +404,8 @@ def test_the_html_report_as_a_browser_shows_it(host):
     assert str(bench["speculative_tok_s"]) in rtx and str(bench["baseline_tok_s"]) in rtx, (bench, rtx)
     b300 = d.texts("bench-tok-b300")
     assert "303" in b300 and "4723" in b300, b300  # the recorded B300 figures (profiles/b300.yml)
+    groups = " ".join(d.texts("serving-groups"))  # the serving group, its members in rank order
+    assert "b300-2x8-1" in groups and "fl-b300-1 (rank 0), fl-b300-2 (rank 1)" in groups, groups
     assert "main-svg" in d.classes.get("rollout-timeline", set())
     summary = " ".join(d.texts("rollout-summary"))
     record = json.loads(sorted((REPORTS / "rollouts").glob("*.json"))[-1].read_text())
