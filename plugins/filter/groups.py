@@ -40,7 +40,7 @@ def _group(name, members, nodes, reason, port):
             "init_addr": "%s:%d" % (url_host(rank0["address"]), int(port))}
 
 
-def serving_groups(hostvars_list, port=20000):
+def serving_groups(hostvars_list, port=20000, unknown=()):
     """{'groups': [...], 'problems': {host: message}} for the GPU hosts whose hostvars are given (those of
     this run, with their GPU facts and profile). A host whose profile asks for nodes > 1, or that the
     inventory pins (common_serving_group), is a member of a group; the others serve alone."""
@@ -92,6 +92,16 @@ def serving_groups(hostvars_list, port=20000):
     for (family, gpus, nodes), members in sorted(buckets.items()):
         members = sorted(members, key=lambda m: _natural(m["host"]))
         whole = len(members) - len(members) % nodes
+        if unknown:
+            # a GPU host whose facts were not read could belong in this bucket: pairing the others without it
+            # would silently form other groups than the inventory's
+            for m in members:
+                problems[m["host"]] = (
+                    "%s: serving groups of family %s are formed from the hosts' facts, and %s had none in this run "
+                    "(unreachable or failed before its facts were read): fix %s, or pin the groups "
+                    "(common_serving_group) so they do not depend on which hosts answered"
+                    % (m["host"], family, ", ".join(sorted(unknown)), "it" if len(unknown) == 1 else "them"))
+            continue
         for i in range(0, whole, nodes):
             chunk = members[i:i + nodes]
             groups.append(_group("%s-%dx%d-%d" % (family, nodes, gpus, i // nodes + 1), chunk, nodes,

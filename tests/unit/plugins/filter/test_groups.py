@@ -118,3 +118,12 @@ def test_a_rollout_counts_a_group_as_one_unit_and_never_splits_it():
     assert groups.rollout_units(hvs, "50%")["serial"] == [2, 2, 3] and groups.rollout_units(hvs, "50%")["batches"][1] == ["rtx-1", "rtx-2"]
     # a --limit that leaves part of a group out would split it: the facts stage refuses that before (here: only the rest)
     assert groups.rollout_units([h for h in hvs if h["inventory_hostname"] != "h-2"], 1)["hosts"][-2:] == ["h-1", "rtx-3"]
+
+
+def test_a_host_without_facts_stops_formed_groups_not_pinned_ones():
+    """b300-2 did not answer: pairing b300-1 with b300-3 would be another group than the inventory's."""
+    hvs = [host("b300-1", nodes=2), host("b300-3", nodes=2),
+           host("p-1", nodes=2, common_serving_group="pair"), host("p-2", nodes=2, common_serving_group="pair")]
+    r = groups.serving_groups(hvs, unknown=["b300-2"])
+    assert [g["name"] for g in r["groups"]] == ["pair"]
+    assert set(r["problems"]) == {"b300-1", "b300-3"} and "b300-2 had none in this run" in r["problems"]["b300-1"]
