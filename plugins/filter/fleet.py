@@ -217,11 +217,17 @@ def fleet_rows(hostvars, hosts, previous=None, current=None):
             "bench_recorded": q["bench_recorded"],
             "accept_length_floor": q["accept_length_floor"],
             "profile_overrides": q["profile_overrides"],
-            "serving_group": dict((k, q["serving_group"].get(k)) for k in ("name", "rank", "nodes", "members", "rank0", "reason"))
-                             if q["serving_group"] else {},
+            "serving_group": _group_row(q["serving_group"]),
             "from_previous_report": False,
         })
     return rows
+
+
+def _group_row(group):
+    """The serving group columns of a report row ({} for a host serving alone)."""
+    if not group:
+        return {}
+    return dict((k, group.get(k)) for k in ("name", "rank", "nodes", "members", "rank0", "reason"))
 
 
 def _health_verdict(host, q):

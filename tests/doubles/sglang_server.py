@@ -298,7 +298,7 @@ def rendezvous(state):
 
     def accept():
         while True:
-            conn, _ = srv.accept()
+            conn = srv.accept()[0]
             threading.Thread(target=serve, args=(conn,), daemon=True).start()
     threading.Thread(target=accept, daemon=True).start()
 

@@ -22,7 +22,7 @@ def test_hosts_of_nodes_one_serve_alone():
 def test_formed_groups_are_the_same_for_the_same_inventory_in_any_order():
     hvs = [host("h100-%d" % i, nodes=2) for i in (1, 2, 10, 3)]
     first = groups.serving_groups(hvs)
-    for _ in range(5):
+    for _attempt in range(5):
         random.shuffle(hvs)
         assert groups.serving_groups(hvs) == first
     assert [g["members"] for g in first["groups"]] == [["h100-1", "h100-2"], ["h100-3", "h100-10"]]  # natural order

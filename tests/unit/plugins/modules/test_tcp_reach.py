@@ -24,7 +24,7 @@ def silent_port():
     lst.bind(("127.0.0.1", 0))
     lst.listen(0)
     held = [lst]
-    for _ in range(8):
+    for _attempt in range(8):
         c = socket.socket()
         c.settimeout(0.5)
         held.append(c)
