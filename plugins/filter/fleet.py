@@ -324,6 +324,23 @@ def _label(value):
     return "" if value is None else str(value)
 
 
+def _prometheus_reached(hostvars, routers, current):
+    """The hosts whose entries this run refreshes, per job: an instance's labels come from the GPU facts of this
+    run; a router's from its inventory; an exporter's from this run's look (or the inventory's list)."""
+    current = set(h for h in current if h in hostvars)
+    reached = {"sglang": set(h for h in current if _has_facts(hostvars[h])), "sglang-router": current & set(routers)}
+    looked = set(h for h in current if "ddtree_monitoring_exporters" in hostvars[h] or "ddtree_monitoring_found" in hostvars[h])
+    return reached, looked
+
+
+def prometheus_stale(hostvars, gpu_hosts, routers=(), current=()):
+    """The fleet hosts some of whose targets this run cannot refresh (outside --limit, no GPU facts read, no exporter
+    look): their entries are kept from the files written last time, which then have to be read."""
+    reached, looked = _prometheus_reached(hostvars, routers, current)
+    return sorted(h for h in set(gpu_hosts) | set(routers)
+                  if h not in looked or (h in gpu_hosts and h not in reached["sglang"]) or (h in routers and h not in reached["sglang-router"]))
+
+
 def prometheus_targets(hostvars, gpu_hosts, routers=(), instances=(), router_port=30080, router_metrics_port=29000,
                        exporters=None, previous=None, current=None):
     """Prometheus file_sd target groups per job: every SGLang instance of gpu_hosts (its /metrics, on the
@@ -332,14 +349,14 @@ def prometheus_targets(hostvars, gpu_hosts, routers=(), instances=(), router_por
     say: ddtree_monitoring_found). Labels: host, family, profile, sglang_instance (the instance's name; Prometheus
     keeps `instance` for the address it scrapes), release, serving_group; a host's
     address is the one the fleet uses (ddtree_address, ansible_host, the name). With current (the hosts this run
-    reached, e.g. under --limit), a host outside it keeps its entries from previous (the files written last
-    time), so its labels (release, family) do not go blank."""
+    reached, e.g. under --limit), a host's entries of a job come from previous (the files written last time) where
+    this run did not read what they need (GPU facts for sglang, the exporter look for an exporter), so labels
+    (release, family) do not go blank; a router reached is always fresh."""
     if current is not None:
         jobs = prometheus_targets(hostvars, gpu_hosts, routers, instances, router_port, router_metrics_port, exporters)
-        # reached: in this run and with GPU facts read in it (their labels come from the facts)
-        current = set(h for h in current if h in hostvars and _has_facts(hostvars[h]))
+        reached, looked = _prometheus_reached(hostvars, routers, current)
         for job, groups in (previous or {}).items():
-            kept = [g for g in groups or [] if isinstance(g, dict) and (g.get("labels") or {}).get("host") not in current
+            kept = [g for g in groups or [] if isinstance(g, dict) and (g.get("labels") or {}).get("host") not in reached.get(job, looked)
                     and (g.get("labels") or {}).get("host") in set(gpu_hosts) | set(routers)]
             if not kept:
                 continue
@@ -385,7 +402,7 @@ def prometheus_targets(hostvars, gpu_hosts, routers=(), instances=(), router_por
 
 class FilterModule:
     def filters(self):
-        return {"prometheus_targets": prometheus_targets, "gpu_preflight": gpu_preflight, "fleet_rows": fleet_rows,
+        return {"prometheus_targets": prometheus_targets, "prometheus_stale": prometheus_stale, "gpu_preflight": gpu_preflight, "fleet_rows": fleet_rows,
                 "cuda_toolkit_problems": cuda_toolkit_problems,
                 "bench_levels": bench_levels, "worker_urls": worker_urls, "bench_gate": bench_gate,
                 "rollout_changed": rollout_changed, "dcgm_failures": dcgm_failures}

@@ -68,6 +68,34 @@ def test_under_limit_the_other_hosts_keep_their_entries():
     assert by[("10.0.0.5:30000",)]["release"] == "def456"          # reached: fresh
     assert by[("r1:30001",)]["family"] == "rtx_pro_6000"           # not reached: as written last time
     assert jobs["sglang-router"] == last["sglang-router"]
+    assert jobs["node"] == last["node"]  # r1 lists its exporters; b1's were found in this run
+
+
+def test_a_reached_router_and_a_looked_at_host_are_fresh_without_gpu_facts():
+    """A router has no GPU facts, and monitoring.yml alone reads none: what runs on them now wins over last time."""
+    last = fleet.prometheus_targets(hv(), ["r1", "b1"], ["router"], instances=[{"name": "main", "port": 30000}],
+                                    exporters=EXPORTERS)
+    h = hv()
+    h["router"]["sglang_router_prometheus_port"] = 29100
+    h["router"]["ddtree_monitoring_found"] = []
+    del h["b1"]["ansible_facts"]      # no GPU facts in this run: the sglang entry stays as it was
+    h["b1"]["ddtree_monitoring_found"] = []  # but its node exporter stopped
+    jobs = fleet.prometheus_targets(h, ["r1", "b1"], ["router"], instances=[{"name": "main", "port": 30000}],
+                                    exporters=EXPORTERS, previous=last, current=["b1", "r1", "router"])
+    assert jobs["sglang-router"] == [{"targets": ["[fd00::7]:29100"], "labels": {"host": "router", "router_port": "30080"}}]
+    assert jobs["node"] == [{"targets": ["r1:9100"], "labels": {"host": "r1"}}]
+    assert [g for g in jobs["sglang"] if g["labels"]["host"] == "b1"] == [g for g in last["sglang"] if g["labels"]["host"] == "b1"]
+
+
+def test_the_previous_files_are_needed_only_for_hosts_this_run_cannot_refresh():
+    h = hv()
+    h["router"]["ddtree_monitoring_found"] = []
+    assert fleet.prometheus_stale(h, ["r1", "b1"], ["router"], current=["r1", "b1", "router"]) == []
+    assert fleet.prometheus_stale(h, ["r1", "b1"], ["router"], current=["r1", "router"]) == ["b1"]  # --limit
+    del h["r1"]["ansible_facts"]
+    assert fleet.prometheus_stale(h, ["r1", "b1"], ["router"], current=["r1", "b1", "router"]) == ["r1"]  # no GPU facts
+    del h["router"]["ddtree_monitoring_found"]
+    assert fleet.prometheus_stale(h, ["r1", "b1"], ["router"], current=["r1", "b1", "router"]) == ["r1", "router"]
 
 
 @pytest.mark.skipif(not os.environ.get("DDTREE_PROMTOOL"), reason="DDTREE_PROMTOOL unset: run through scripts/test")
