@@ -39,12 +39,19 @@ def python_version(cfg):
 
 
 def base_interpreter(venv, cfg):
-    """The interpreter the venv runs on: what bin/pythonX.Y links to, else home/pythonX.Y."""
+    """The interpreter the venv runs on: the first file outside the venv that bin/pythonX.Y links to (through
+    the venv's own links: `python3 -m venv` on Debian makes python3.11 -> python3 -> /usr/bin/python3), else
+    home/pythonX.Y (a venv made with --copies)."""
     minor = ".".join(python_version(cfg).split(".")[:2])
-    exe = os.path.join(venv, "bin", "python" + minor)
-    if os.path.islink(exe):
+    root = os.path.abspath(venv).rstrip("/") + "/"
+    exe = os.path.join(os.path.abspath(venv), "bin", "python" + minor)
+    for _hop in range(40):  # a loop of links ends here
+        if not os.path.islink(exe):
+            break
         target = os.readlink(exe)
-        return target if os.path.isabs(target) else os.path.normpath(os.path.join(os.path.dirname(exe), target))
+        exe = target if os.path.isabs(target) else os.path.normpath(os.path.join(os.path.dirname(exe), target))
+        if not exe.startswith(root):
+            return exe
     return os.path.join(cfg.get("home", ""), "python" + minor)
 
 

@@ -125,6 +125,26 @@ def test_rollback(setup, run_module):
     assert os.path.realpath(prefix / "venv.previous") == str(prefix / "venvs" / "app2")
 
 
+def test_the_base_interpreter_is_found_through_the_venvs_own_links(tmp_path):
+    """python3 -m venv on Debian/Ubuntu: python3.11 -> python3 -> /usr/bin/python3. The base interpreter is the
+    first link target outside the venv, never a path inside it (which does not exist on a new target)."""
+    cfg = {"home": "/usr/bin", "version": "3.11.2"}
+    venv = tmp_path / "venvs" / "debian"
+    (venv / "bin").mkdir(parents=True)
+    os.symlink("/usr/bin/python3", venv / "bin" / "python3")
+    os.symlink("python3", venv / "bin" / "python3.11")
+    os.symlink("python3", venv / "bin" / "python")
+    assert va.base_interpreter(str(venv), cfg) == "/usr/bin/python3"
+    made = tmp_path / "venvs" / "made-with-python3.11"  # python3.11 -m venv: python3.11 -> /usr/bin/python3.11
+    (made / "bin").mkdir(parents=True)
+    os.symlink("/usr/bin/python3.11", made / "bin" / "python3.11")
+    assert va.base_interpreter(str(made), cfg) == "/usr/bin/python3.11"
+    copies = tmp_path / "venvs" / "copies"  # --copies: a file, the base is home/pythonX.Y
+    (copies / "bin").mkdir(parents=True)
+    (copies / "bin" / "python3.11").write_text("")
+    assert va.base_interpreter(str(copies), cfg) == "/usr/bin/python3.11"
+
+
 def test_preflight_messages():
     m = {"python": {"version": "3.11.2", "base_interpreter": "/usr/bin/python3.11"},
          "platform": {"machine": "x86_64", "glibc": "2.36"}, "total_size": 10 * 2 ** 30}
