@@ -74,9 +74,17 @@ else  # the built venv, copied where the role expects a serving venv (prefix/ven
 fi
 podman exec "$env-vb-dst" mkdir -p /var/tmp/wheelhouse
 podman cp "$wheels/." "$env-vb-dst:/var/tmp/wheelhouse/"
-podman cp "$DDTREE_ROOT/$req" "$env-vb-dst:/var/tmp/wheelhouse/requirements.txt"
+# by name only: a pip-freeze line `name @ file:///...` points into the controller's cache
+grep -v ' @ file://' "$DDTREE_ROOT/$req" >"$DDTREE_WORK/bench-requirements.txt"
+podman cp "$DDTREE_WORK/bench-requirements.txt" "$env-vb-dst:/var/tmp/wheelhouse/requirements.txt"
 
-secs() { local t0 t1; t0=$EPOCHREALTIME; "$@" >/dev/null; t1=$EPOCHREALTIME; awk "BEGIN { print $t1 - $t0 }"; }
+secs() { # command...: runs it (output to $DDTREE_WORK/bench-step.log), prints the wall seconds; a failed step ends the bench
+  local t0 t1
+  t0=$EPOCHREALTIME
+  "$@" >"$DDTREE_WORK/bench-step.log" 2>&1 || { tail -30 "$DDTREE_WORK/bench-step.log" >&2; die "bench: step failed: $*"; }
+  t1=$EPOCHREALTIME
+  awk "BEGIN { print $t1 - $t0 }"
+}
 as_ddtree='su - ddtree -c'
 
 on vb-src "dd if=/dev/urandom of=/var/tmp/rand bs=1M count=64 status=none; chmod 644 /var/tmp/rand"
