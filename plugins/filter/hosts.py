@@ -1,52 +1,23 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, ddtree.fleet developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""How fleet hosts reach each other, and the fleet-wide ssh trust the base role writes.
-Documented in address.yml and fleet_trust.yml beside this file."""
+"""How fleet hosts reach each other (address, url_host), their records (host_records), and the fleet-wide ssh
+trust the base role writes (fleet_trust, trust_block, peer_allow). Documented beside this file."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import ipaddress
+from ansible_collections.ddtree.fleet.plugins.module_utils.fleet import address, hv_get as _get, is_ip, keep_unreached, records, url_host
 
-# The one definition of a host's address for the other hosts (and the router, the peers, the
-# report): ddtree_address when the inventory sets it, else ansible_host, else the inventory name.
-ADDRESS_VARS = ("ddtree_address", "ansible_host")
 # The comment that names the host on each authorized_keys line the base role manages.
 KEY_TAG = "ddtree.fleet:"
 
 
-def _get(hv, key, default=None):
-    try:
-        v = hv.get(key, default)
-    except Exception:  # pylint: disable=broad-except
-        # an undefined template behind a hostvar
-        return default
-    return default if v is None else v
-
-
-def address(hv):
-    """The address other hosts use to reach the host whose hostvars are given."""
-    for k in ADDRESS_VARS:
-        v = _get(hv, k)
-        if v not in (None, ""):
-            return str(v)
-    return str(_get(hv, "inventory_hostname", ""))
-
-
-def url_host(addr):
-    """The address as the host part of a URL (an IPv6 literal in brackets)."""
-    a = str(addr)
-    return "[%s]" % a if ":" in a and not a.startswith("[") else a
-
-
-def is_ip(value):
-    try:
-        ipaddress.ip_address(str(value).strip("[]"))
-        return True
-    except ValueError:
-        return False
+def host_records(hostvars, hosts):
+    """The records of the given hosts (module_utils/fleet.py): the one place the fleet-level filters' inputs are
+    read from a host's variables."""
+    return records(hostvars, hosts)
 
 
 def _base_fact(hv):
@@ -72,35 +43,36 @@ def fleet_trust(fleet, hostvars, play_hosts=None):
     it (unreachable now). So a --limit run, or a host that failed, leaves the others' lines as they
     were, and hosts no longer in the fleet drop out."""
     play = set(play_hosts or [])
-    known, authorized, missing, outside = {}, {}, [], []
-    for h in sorted(set(fleet or [])):
+    fleet = sorted(set(fleet or []))
+    fresh = {"authorized_keys": {}, "known_hosts": {}}
+    for h in fleet:
         hv = hostvars[h] if h in hostvars else {}
         user = host = ""
         if h in play:
             user = _get(hv, "__base_user_pubkey", "") or ""
             host = _get(hv, "__base_host_pubkey", "") or ""
-        local = _base_fact(hv)
         if not (user and host):
             facts = _get(hv, "ansible_facts", {}) or {}
             gathered = facts.get("ssh_host_key_ed25519_public") if hasattr(facts, "get") else None
-            user = user or local.get("user_pubkey", "")
+            user = user or _base_fact(hv).get("user_pubkey", "")
             host = host or ("ssh-ed25519 %s" % gathered if gathered else "")
         addr = address(hv) if hv else h
         if user:
-            authorized[h] = "%s %s%s" % (" ".join(user.split()[:2]), KEY_TAG, h)
+            fresh["authorized_keys"][h] = "%s %s%s" % (" ".join(user.split()[:2]), KEY_TAG, h)
         if host:
-            known[h] = "%s %s" % (",".join([h] + ([addr] if addr != h else [])), " ".join(host.split()[:2]))
-        for kind, into in (("authorized_keys", authorized), ("known_hosts", known)):
-            if h in into:
-                continue
-            for other in sorted(set(fleet)):
-                line = (_recorded(hostvars[other]) if other in hostvars else {}).get(kind, {}).get(h)
-                if line:
-                    into[h] = line
-                    break
-        if h not in authorized or h not in known:
-            missing.append(h)
-    for h in sorted(set(fleet or [])):
+            fresh["known_hosts"][h] = "%s %s" % (",".join([h] + ([addr] if addr != h else [])), " ".join(host.split()[:2]))
+    out = {}
+    for kind in ("authorized_keys", "known_hosts"):
+        # a host whose keys were read nowhere in this run keeps the line another fleet host recorded for it
+        recorded = {}
+        for other in fleet:
+            for h, line in ((_recorded(hostvars[other]) if other in hostvars else {}).get(kind) or {}).items():
+                recorded.setdefault(h, line)
+        out[kind] = keep_unreached(fleet, fresh[kind], recorded, set(fresh[kind]))
+    known, authorized = out["known_hosts"], out["authorized_keys"]
+    missing = [h for h in fleet if h not in authorized or h not in known]
+    outside = []
+    for h in fleet:
         local = _base_fact(hostvars[h]) if h in hostvars else {}
         if h not in play and local and (local.get("trust") or {}) != {"authorized_keys": authorized, "known_hosts": known}:
             outside.append(h)
@@ -132,5 +104,5 @@ def peer_allow(clients, hostvars, extra=None):
 
 class FilterModule:
     def filters(self):
-        return {"address": address, "fleet_trust": fleet_trust, "trust_block": trust_block, "is_ip": is_ip,
-                "url_host": url_host, "peer_allow": peer_allow}
+        return {"address": address, "fleet_trust": fleet_trust, "trust_block": trust_block, "url_host": url_host,
+                "peer_allow": peer_allow, "host_records": host_records}

@@ -14,6 +14,14 @@ import os
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.ddtree.fleet.plugins.module_utils import instances as instances_mu
+from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia_health
+from ansible_collections.ddtree.fleet.plugins.module_utils.fleet import keep_unreached
+
+try:
+    import jmespath
+except ImportError:  # the report's filter says so when it is used
+    jmespath = None
 
 try:
     import plotly
@@ -186,6 +194,108 @@ def fleet_charts(rows, bench_hosts=None, rollout=None):
     }
 
 
+# One report row as a query over a host's record (module_utils/fleet.py): null-safe paths into the facts, the
+# profile and the service status.
+ROW_QUERY = """{
+  gpu_count: nvidia.gpu_count || `0`,
+  gpu_names: nvidia.gpus[].name || `[]`,
+  present: nvidia.present || `false`,
+  compute_capability: nvidia.compute_capability,
+  family: nvidia.family,
+  driver: nvidia.driver_version,
+  cuda: nvidia.cuda_version,
+  interconnect: nvidia.topology.interconnect,
+  nvlink_lanes: nvidia.topology.nvlink_min_links,
+  numa_nodes: nvidia.topology.numa_nodes || `[]`,
+  profile: profile.name,
+  profile_settings: profile || `{}`,
+  group_names: group_names || `[]`,
+  warnings: nvidia.warnings || `[]`,
+  nvidia: nvidia,
+  profile_health: profile.health,
+  service: status || `[]`,
+  topology_matrix: nvidia.topology.matrix || `{}`,
+  gpu_list: nvidia.gpus[].{index: index, numa_node: numa_node, memory_total_mib: memory_total_mib} || `[]`,
+  bench_recorded: profile.bench_recorded || `[]`,
+  accept_length_floor: profile.speculative.accept_length_floor,
+  profile_overrides: profile_overrides || `{}`,
+  serving_group: serving_group || `{}`
+}"""
+
+
+def fleet_rows(records, previous=None, current=None, instances=None):
+    """One row per host for the fleet report, from the hosts' records (sorted by host). A host's parallelism is
+    each of its instances' (its ddtree_service_instances, else `instances`: common_instances). With current (the
+    hosts this run reached, e.g. under --limit), a host outside it, or one whose GPU facts this run did not read,
+    keeps its row from previous (the last report's rows), marked as such."""
+    if jmespath is None:
+        raise AnsibleFilterError("ddtree.fleet.fleet_rows needs the jmespath Python package on the controller "
+                                 "(pip install jmespath; requirements/controller.txt pins it)")
+    query = jmespath.compile(ROW_QUERY)
+    fresh = dict((rec["host"], _row(rec, query.search(rec), instances)) for rec in records)
+    hosts = sorted(fresh)
+    if current is None:
+        return [fresh[h] for h in hosts]
+    read = set(r["host"] for r in records if r["facts_read"])
+    reached = set(h for h in current if h in read)
+    # the old row over an empty one: a report written by an older release may lack newer fields
+    last = dict((r.get("host"), dict(fresh[r["host"]], **dict(r, from_previous_report=True)))
+                for r in previous or [] if isinstance(r, dict) and r.get("host") in fresh)
+    kept = keep_unreached(hosts, fresh, last, reached)
+    return [kept[h] for h in hosts]
+
+
+def _row(rec, q, instances):
+    models = sorted(set(q["gpu_names"]))
+    planned = instances_mu.plan(q["profile_settings"], rec.get("instances") or instances or [{"name": "main"}],
+                                [g.get("index") for g in q["gpu_list"]]) if q["profile_settings"] else []
+    return {
+        "host": rec["host"],
+        "gpus": ("%s x %d" % (models[0], len(q["gpu_names"]))) if len(models) == 1 else (", ".join(models) or "none"),
+        "gpu_count": q["gpu_count"],
+        "compute_capability": q["compute_capability"],
+        "family": q["family"] if q["present"] else None,
+        "driver": q["driver"],
+        "cuda": q["cuda"],
+        "interconnect": q["interconnect"] if q["present"] else None,
+        "nvlink_lanes": q["nvlink_lanes"],
+        "numa_nodes": q["numa_nodes"],
+        "profile": q["profile"],
+        "profile_settings": q["profile_settings"],
+        "parallelism": instances_mu.parallelism_text(planned),
+        "instances": [{"name": p["name"], "gpus": p["gpus"], "parallelism": p["parallelism"]} for p in planned],
+        "groups": sorted(g for g in q["group_names"] if g.startswith("gpu_")),
+        "warnings": q["warnings"],
+        "health": _health_verdict(rec["host"], q),
+        "service": q["service"],
+        "topology_matrix": q["topology_matrix"],
+        "gpu_list": q["gpu_list"],
+        "bench_recorded": q["bench_recorded"],
+        "accept_length_floor": q["accept_length_floor"],
+        "profile_overrides": q["profile_overrides"],
+        "serving_group": _group_row(q["serving_group"]),
+        "from_previous_report": False,
+    }
+
+
+def _group_row(group):
+    """The serving group columns of a report row ({} for a host serving alone)."""
+    if not group:
+        return {}
+    return dict((k, group.get(k)) for k in ("name", "rank", "nodes", "members", "rank0", "reason"))
+
+
+def _health_verdict(host, q):
+    """ok, not read, or the problems against the host's profile thresholds."""
+    health = (q["nvidia"] or {}).get("health") or {}
+    if not q["present"]:
+        return {"verdict": None, "problems": []}
+    if not health.get("read"):
+        return {"verdict": "not read", "problems": [], "why": health.get("error")}
+    problems = nvidia_health.facts_problems(host, q["nvidia"], q["profile_health"])
+    return {"verdict": "FAILED" if problems else "ok", "problems": problems}
+
+
 class FilterModule:
     def filters(self):
-        return {"fleet_charts": fleet_charts, "profile_evidence": profile_evidence}
+        return {"fleet_charts": fleet_charts, "profile_evidence": profile_evidence, "fleet_rows": fleet_rows}

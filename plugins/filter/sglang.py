@@ -18,7 +18,7 @@ description:
   - C(DDTREE) switches the attention backend and page size to the profile's C(ddtree_*) values,
     adds C(--speculative-ddtree-budget) and C(--disable-overlap-schedule) (DDTree has no overlap path).
   - The API key is never part of it; the service passes it in a credential file.
-  - This file also holds C(sglang_server_expect), C(sglang_algorithm), C(sglang_instances), C(sglang_status)
+  - This file also holds C(sglang_algorithm), C(sglang_instances), C(sglang_status)
     and C(sglang_argv_problems); each is documented in its own file beside this one
     (C(ansible-doc -t filter ddtree.fleet.NAME)).
 positional: model_path
@@ -86,6 +86,7 @@ import base64
 import json
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.ddtree.fleet.plugins.module_utils.instances import merge, plan
 from ansible_collections.ddtree.fleet.plugins.module_utils.sglang_flags import check_argv
 
 
@@ -190,16 +191,9 @@ def sglang_argv_autoregressive(argv):
     return out
 
 
-def _merge(a, b):
-    out = dict(a)
-    for k, v in (b or {}).items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 def sglang_algorithm(instance_profile, profile, algorithm=""):
     """The speculative algorithm an instance runs (upper case, or none)."""
-    return _algorithm(_merge(profile, instance_profile or {}), algorithm)
+    return _algorithm(merge(profile, instance_profile or {}), algorithm)
 
 
 def _cpu_set(text):
@@ -234,9 +228,8 @@ def sglang_instances(instances, settings):
     s = settings
     all_gpus = [g["index"] for g in s.get("gpus") or []]
     out = []
-    for inst in instances:
-        profile = _merge(s["profile"], inst.get("profile") or {})
-        gpus = list(inst.get("gpus") or all_gpus)
+    for inst, planned in zip(instances, plan(s["profile"], instances, all_gpus)):
+        profile, gpus = planned["profile"], planned["gpus"]
         cpus = ""
         if s.get("cpu_pinning"):
             aff = [g.get("cpu_affinity") for g in s.get("gpus") or [] if g["index"] in gpus and g.get("cpu_affinity")]
@@ -268,7 +261,8 @@ def sglang_instances(instances, settings):
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
         out.append({"name": inst["name"], "port": int(inst["port"]), "gpus": gpus, "cpus": cpus, "argv": argv,
                     "env": dict((k, str(v)) for k, v in env.items()), "expect": sglang_server_expect(argv),
-                    "algorithm": _algorithm(profile, s.get("algorithm")), "unit": "%s@%s.service" % (s["unit"], inst["name"])})
+                    "algorithm": _algorithm(profile, s.get("algorithm")), "unit": "%s@%s.service" % (s["unit"], inst["name"]),
+                    "parallelism": planned["parallelism"]})
     return out
 
 
@@ -297,8 +291,24 @@ def sglang_argv_problems(argv, contract):
                        "options": contract["options"]}, [str(a) for a in argv])
 
 
+def sglang_correctness(gate, algorithm, reference, release, member=False):
+    """The correctness column of an instance's status: what its admission gate compared (gate: the gate's result,
+    reference: the reference it was compared with, {} when none; release: the release's id)."""
+    gate, reference = gate or {}, reference or {}
+    compared = "outputs" in gate
+    if member:
+        return "answered by rank 0"
+    if algorithm == "none":
+        return "reference" if compared else "no reference"
+    if compared and reference.get("speculative_release") == release:
+        return "ok vs this release without speculation (fresh)"
+    if compared and reference.get("host"):
+        return "ok vs %s (%s)" % (reference["host"], reference.get("family"))
+    return "no reference"
+
+
 class FilterModule:
     def filters(self):
-        return {"sglang_argv": sglang_argv, "sglang_server_expect": sglang_server_expect,
-                "sglang_algorithm": sglang_algorithm, "sglang_instances": sglang_instances, "sglang_status": sglang_status,
+        return {"sglang_argv": sglang_argv, "sglang_algorithm": sglang_algorithm, "sglang_instances": sglang_instances,
+                "sglang_status": sglang_status, "sglang_correctness": sglang_correctness,
                 "sglang_argv_problems": sglang_argv_problems, "sglang_argv_autoregressive": sglang_argv_autoregressive}

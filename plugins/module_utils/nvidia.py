@@ -282,18 +282,15 @@ def _nv_links(link):
     return int(m.group(1)) if m else 0
 
 
-def summarize_topology(topo, gpu_count):
-    """interconnect, nvlink_min_links and the GPU-to-GPU matrix from parse_topo()'s result."""
-    if topo is None:
-        return {"interconnect": "unknown", "nvlink_min_links": None, "matrix": {}, "nics": []}
-    names = ["GPU%d" % i for i in range(gpu_count)]
-    matrix = {a: {b: topo["matrix"].get(a, {}).get(b) for b in names if b != a} for a in names if a in topo["matrix"]}
-    # each pair read in both directions; the worse one counts (a degraded link shows either way)
-    pairs = [(matrix.get(a, {}).get(b), matrix.get(b, {}).get(a)) for i, a in enumerate(names) for b in names[i + 1:]]
+def links_between(matrix, names):
+    """(interconnect, smallest NVLink bond) between the GPUs `names` (GPU0, GPU1, ...) of a topology matrix:
+    single, nvlink (every pair), nvlink_partial, pcie, or unknown (a pair not read). Each pair is read in
+    both directions; the worse one counts (a degraded link shows either way)."""
+    pairs = [((matrix.get(a) or {}).get(b), (matrix.get(b) or {}).get(a)) for i, a in enumerate(names) for b in names[i + 1:]]
     links = [min(_nv_links(ab), _nv_links(ba)) for ab, ba in pairs]
-    if gpu_count == 1:
+    if len(names) == 1:
         interconnect = "single"
-    elif len(matrix) != gpu_count or any(None in p for p in pairs):
+    elif any(n not in matrix for n in names) or any(None in p for p in pairs):
         interconnect = "unknown"
     elif all(links):
         interconnect = "nvlink"
@@ -301,9 +298,19 @@ def summarize_topology(topo, gpu_count):
         interconnect = "nvlink_partial"
     else:
         interconnect = "pcie"
+    return interconnect, (min(links) if links and interconnect != "unknown" else None)
+
+
+def summarize_topology(topo, gpu_count):
+    """interconnect, nvlink_min_links and the GPU-to-GPU matrix from parse_topo()'s result."""
+    if topo is None:
+        return {"interconnect": "unknown", "nvlink_min_links": None, "matrix": {}, "nics": []}
+    names = ["GPU%d" % i for i in range(gpu_count)]
+    matrix = {a: {b: topo["matrix"].get(a, {}).get(b) for b in names if b != a} for a in names if a in topo["matrix"]}
+    interconnect, min_links = links_between(matrix, names)
     return {
         "interconnect": interconnect,
-        "nvlink_min_links": min(links) if links and interconnect != "unknown" else None,
+        "nvlink_min_links": min_links,
         "matrix": matrix,
         # the GPUDirect RDMA NICs: on a PCIe switch with a GPU (PIX, PXB); a frontend or bonded NIC across the
         # CPU (NODE, SYS) is not one (multi-node serving groups take NCCL_IB_HCA from these)

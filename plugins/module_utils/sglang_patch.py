@@ -16,6 +16,8 @@ __metaclass__ = type
 import hashlib
 import re
 
+# The stamp a patched venv carries, relative to the venv (common_patch_stamp in roles/common says the same).
+STAMP = ".ddtree/sglang-patch.json"
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 

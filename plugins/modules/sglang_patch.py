@@ -106,7 +106,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddtree.fleet.plugins.module_utils import sglang_patch as sp
 from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, atomic_write, inside
 
-STAMP = ".ddtree/sglang-patch.json"
+STAMP = sp.STAMP
 ORIG = ".ddtree/sglang-patch-orig"
 
 

@@ -125,6 +125,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves import shlex_quote
 from ansible_collections.ddtree.fleet.plugins.module_utils.fs import atomic_write, switch_link
+from ansible_collections.ddtree.fleet.plugins.module_utils.sglang_patch import STAMP
 
 
 def env_file(env):
@@ -173,7 +174,7 @@ class Releases:
     def describe(self):
         p = self.p
         venv = os.path.realpath(p["venv"])
-        stamp_file = os.path.join(venv, ".ddtree", "sglang-patch.json")
+        stamp_file = os.path.join(venv, STAMP)
         stamp = None
         if os.path.exists(stamp_file):
             with open(stamp_file) as f:

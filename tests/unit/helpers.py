@@ -42,3 +42,12 @@ def profile(family, **over):
         merged[k] = dict(merged.get(k, {}), **v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
     merged.update(over)
     return merged
+
+
+def records(hostvars, hosts=None):
+    """The hosts' records (ddtree.fleet.host_records) from hostvars-shaped dicts: a {name: vars} dict with the
+    names to take, or a list of vars (each with inventory_hostname)."""
+    from ansible_collections.ddtree.fleet.plugins.module_utils import fleet
+    if isinstance(hostvars, dict):
+        return fleet.records(dict((h, dict(v, inventory_hostname=h)) for h, v in hostvars.items()), hosts)
+    return [fleet.record(hv) for hv in hostvars]

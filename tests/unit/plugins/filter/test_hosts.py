@@ -1,6 +1,12 @@
 """address (one definition of how hosts reach each other) and fleet_trust (the ssh trust is the
 fleet's, not the play's) on hostvars shaped like Ansible's."""
-from ansible_collections.ddtree.fleet.plugins.filter import fleet, hosts
+from ansible_collections.ddtree.fleet.plugins.filter import hosts, router
+
+from helpers import records
+
+
+def worker_urls(hvs, instances):
+    return router.worker_urls(records(hvs), instances)
 
 
 def hv(name, **kw):
@@ -16,18 +22,18 @@ def test_address_order():
 
 def test_worker_urls_use_the_address_and_bracket_ipv6():
     default = [{"name": "main", "port": 30000}]
-    assert fleet.worker_urls([hv("g1.example.internal"), hv("g2", ansible_host="fd00::2",
-                                                            ddtree_service_instances=[{"port": 30001}])], default) == [
+    assert worker_urls([hv("g1.example.internal"), hv("g2", ansible_host="fd00::2",
+                                                      ddtree_service_instances=[{"port": 30001}])], default) == [
         "http://g1.example.internal:30000", "http://[fd00::2]:30001"]
     # a host without instances of its own has the fleet's default ones (common_instances)
-    assert fleet.worker_urls([hv("g3")], [{"port": 31000}, {"port": 31001}]) == ["http://g3:31000", "http://g3:31001"]
+    assert worker_urls([hv("g3")], [{"port": 31000}, {"port": 31001}]) == ["http://g3:31000", "http://g3:31001"]
 
 
 def test_worker_urls_leave_out_hosts_this_run_refused():
     default = [{"name": "main", "port": 30000}]
     hosts = [hv("ok"), hv("sick", nvidia_facts_refused=True), hv("bad", ddtree_service_refused=True),
              hv("fine", nvidia_facts_refused=False, ddtree_service_refused=False)]
-    assert fleet.worker_urls(hosts, default) == ["http://ok:30000", "http://fine:30000"]
+    assert worker_urls(hosts, default) == ["http://ok:30000", "http://fine:30000"]
 
 
 KEY_A, KEY_B, KEY_C = "AAAAC3NzaC1lZDI1NTE5AAAAIA", "AAAAC3NzaC1lZDI1NTE5AAAAIB", "AAAAC3NzaC1lZDI1NTE5AAAAIC"

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.ddtree.fleet.plugins.filter import fleet
-from helpers import facts_of, profile as prof
+from ansible_collections.ddtree.fleet.plugins.filter import monitoring
+from helpers import facts_of, profile as prof, records
 
 ROOT = Path(__file__).resolve().parents[4]
+FLEET = ["r1", "b1", "router"]
 EXPORTERS = {"node": 9100, "dcgm": 9400}
 
 
@@ -31,8 +32,8 @@ def hv():
 
 
 def test_targets_per_job_with_the_fleets_labels():
-    jobs = fleet.prometheus_targets(hv(), ["r1", "b1"], ["router"], instances=[{"name": "main", "port": 30000}],
-                                    exporters=EXPORTERS)
+    jobs = monitoring.prometheus_targets(records(hv(), FLEET), ["r1", "b1"], ["router"], instances=[{"name": "main", "port": 30000}],
+                                         exporters=EXPORTERS)
     assert sorted(jobs) == ["dcgm", "node", "sglang", "sglang-router"]
     sg = jobs["sglang"]
     assert [g["targets"] for g in sg] == [["10.0.0.5:30000"], ["r1:30000"], ["r1:30001"]]
@@ -50,20 +51,20 @@ def test_targets_per_job_with_the_fleets_labels():
 def test_a_router_without_metrics_and_an_unknown_exporter():
     h = hv()
     h["router"]["sglang_router_prometheus_port"] = 0
-    assert fleet.prometheus_targets(h, [], ["router"], exporters=EXPORTERS)["sglang-router"] == []
+    assert monitoring.prometheus_targets(records(h, [] + ["router"]), [], ["router"], exporters=EXPORTERS)["sglang-router"] == []
     h["b1"]["ddtree_monitoring_found"] = ["nvml"]
     with pytest.raises(Exception, match="b1: exporter 'nvml' is not one ddtree_monitoring_exporter_ports knows"):
-        fleet.prometheus_targets(h, ["b1"], [], exporters=EXPORTERS)
+        monitoring.prometheus_targets(records(h, ["b1"] + []), ["b1"], [], exporters=EXPORTERS)
 
 
 def test_under_limit_the_other_hosts_keep_their_entries():
-    last = fleet.prometheus_targets(hv(), ["r1", "b1"], ["router"], instances=[{"name": "main", "port": 30000}],
-                                    exporters=EXPORTERS)
+    last = monitoring.prometheus_targets(records(hv(), FLEET), ["r1", "b1"], ["router"], instances=[{"name": "main", "port": 30000}],
+                                         exporters=EXPORTERS)
     h = hv()
     del h["r1"]["nvidia_facts_profile"], h["r1"]["ansible_facts"]  # r1 outside --limit: no facts this run
     h["b1"]["ddtree_service_status"] = [{"name": "main", "release": "def456"}]
-    jobs = fleet.prometheus_targets(h, ["r1", "b1"], ["router"], instances=[{"name": "main", "port": 30000}],
-                                    exporters=EXPORTERS, previous=last, current=["b1"])
+    jobs = monitoring.prometheus_targets(records(h, FLEET), ["r1", "b1"], ["router"], instances=[{"name": "main", "port": 30000}],
+                                         exporters=EXPORTERS, previous=last, current=["b1"])
     by = dict((tuple(g["targets"]), g["labels"]) for g in jobs["sglang"])
     assert by[("10.0.0.5:30000",)]["release"] == "def456"          # reached: fresh
     assert by[("r1:30001",)]["family"] == "rtx_pro_6000"           # not reached: as written last time
@@ -73,15 +74,15 @@ def test_under_limit_the_other_hosts_keep_their_entries():
 
 def test_a_reached_router_and_a_looked_at_host_are_fresh_without_gpu_facts():
     """A router has no GPU facts, and monitoring.yml alone reads none: what runs on them now wins over last time."""
-    last = fleet.prometheus_targets(hv(), ["r1", "b1"], ["router"], instances=[{"name": "main", "port": 30000}],
-                                    exporters=EXPORTERS)
+    last = monitoring.prometheus_targets(records(hv(), FLEET), ["r1", "b1"], ["router"], instances=[{"name": "main", "port": 30000}],
+                                         exporters=EXPORTERS)
     h = hv()
     h["router"]["sglang_router_prometheus_port"] = 29100
     h["router"]["ddtree_monitoring_found"] = []
     del h["b1"]["ansible_facts"]      # no GPU facts in this run: the sglang entry stays as it was
     h["b1"]["ddtree_monitoring_found"] = []  # but its node exporter stopped
-    jobs = fleet.prometheus_targets(h, ["r1", "b1"], ["router"], instances=[{"name": "main", "port": 30000}],
-                                    exporters=EXPORTERS, previous=last, current=["b1", "r1", "router"])
+    jobs = monitoring.prometheus_targets(records(h, FLEET), ["r1", "b1"], ["router"], instances=[{"name": "main", "port": 30000}],
+                                         exporters=EXPORTERS, previous=last, current=["b1", "r1", "router"])
     assert jobs["sglang-router"] == [{"targets": ["[fd00::7]:29100"], "labels": {"host": "router", "router_port": "30080"}}]
     assert jobs["node"] == [{"targets": ["r1:9100"], "labels": {"host": "r1"}}]
     assert [g for g in jobs["sglang"] if g["labels"]["host"] == "b1"] == [g for g in last["sglang"] if g["labels"]["host"] == "b1"]
@@ -90,12 +91,12 @@ def test_a_reached_router_and_a_looked_at_host_are_fresh_without_gpu_facts():
 def test_the_previous_files_are_needed_only_for_hosts_this_run_cannot_refresh():
     h = hv()
     h["router"]["ddtree_monitoring_found"] = []
-    assert fleet.prometheus_stale(h, ["r1", "b1"], ["router"], current=["r1", "b1", "router"]) == []
-    assert fleet.prometheus_stale(h, ["r1", "b1"], ["router"], current=["r1", "router"]) == ["b1"]  # --limit
+    assert monitoring.prometheus_stale(records(h, FLEET), ["r1", "b1"], ["router"], current=["r1", "b1", "router"]) == []
+    assert monitoring.prometheus_stale(records(h, FLEET), ["r1", "b1"], ["router"], current=["r1", "router"]) == ["b1"]  # --limit
     del h["r1"]["ansible_facts"]
-    assert fleet.prometheus_stale(h, ["r1", "b1"], ["router"], current=["r1", "b1", "router"]) == ["r1"]  # no GPU facts
+    assert monitoring.prometheus_stale(records(h, FLEET), ["r1", "b1"], ["router"], current=["r1", "b1", "router"]) == ["r1"]  # no GPU facts
     del h["router"]["ddtree_monitoring_found"]
-    assert fleet.prometheus_stale(h, ["r1", "b1"], ["router"], current=["r1", "b1", "router"]) == ["r1", "router"]
+    assert monitoring.prometheus_stale(records(h, FLEET), ["r1", "b1"], ["router"], current=["r1", "b1", "router"]) == ["r1", "router"]
 
 
 @pytest.mark.skipif(not os.environ.get("DDTREE_PROMTOOL"), reason="DDTREE_PROMTOOL unset: run through scripts/test")

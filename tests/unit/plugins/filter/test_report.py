@@ -1,7 +1,7 @@
 """The HTML report's pictures (ddtree.fleet.fleet_charts) and profile evidence, from rows built on real
 captures. The page itself is opened in headless Chromium by molecule/fleet."""
-from ansible_collections.ddtree.fleet.plugins.filter import fleet, report
-from helpers import facts_of, profile
+from ansible_collections.ddtree.fleet.plugins.filter import report
+from helpers import facts_of, profile, records
 
 
 def rows():
@@ -10,7 +10,7 @@ def rows():
                 "ddtree_service_status": [{"name": "main", "port": 30000, "release": "r1", "algorithm": "DFLASH", "healthy": False}]},
           "r": {"inventory_hostname": "r", "ansible_facts": {"nvidia": facts_of("rtx_pro_6000_8x")},
                 "nvidia_facts_profile": profile("rtx_pro_6000"), "group_names": ["fleet"]}}
-    return fleet.fleet_rows(hv, ["b", "r"])
+    return report.fleet_rows(records(hv, ["b", "r"]))
 
 
 def test_topology_heatmaps_name_each_link_and_numa_node():

@@ -5,6 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ansible_collections.ddtree.fleet.plugins.module_utils.instances import merge
+
 from ansible_collections.ddtree.fleet.plugins.filter import sglang as f
 from ansible_collections.ddtree.fleet.plugins.module_utils import sglang_flags as sf
 
@@ -14,7 +16,7 @@ FAMILIES = sorted(p.stem for p in (ROOT / "profiles").glob("*.yml") if not p.nam
 
 def profile(family):
     base = yaml.safe_load((ROOT / "profiles" / "_defaults.yml").read_text())
-    return f._merge(base, yaml.safe_load((ROOT / "profiles" / ("%s.yml" % family)).read_text()))
+    return merge(base, yaml.safe_load((ROOT / "profiles" / ("%s.yml" % family)).read_text()))
 
 
 @pytest.fixture(scope="module")
