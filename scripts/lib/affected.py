@@ -88,6 +88,14 @@ class Graph:
         scenarios and playbooks through FQCNs and playbook paths too."""
         out = set()
         plugin = rel.startswith("plugins/")
+        if rel.startswith("roles/"):
+            # a role uses what its tasks, defaults, vars and templates name, and its meta/main.yml dependencies;
+            # its README, argument_specs and outputs describe other roles without using them, and comments only talk
+            parts = rel.split("/")
+            if rel.endswith(".md") or (len(parts) > 3 and parts[2] == "meta" and parts[3] != "main.yml"):
+                return out
+            if rel.endswith((".yml", ".yaml", ".j2")):
+                text = re.sub(r"(^|\s)#.*$", "", text, flags=re.M)
         for name in ([] if plugin else FQCN.findall(text)):
             if name in self.roles:
                 out.add("role:" + name)
