@@ -14,7 +14,7 @@ def job(host, name):
 def test_the_instances_are_targets_with_the_fleets_labels(host):
     (g,) = job(host, "sglang")
     assert g["targets"][0].endswith(":30000")
-    assert g["labels"]["host"] == "mon-gpu" and g["labels"]["family"] == "h200" and g["labels"]["sglang_instance"] == "main"
+    assert g["labels"]["host"] == "mon-gpu" and g["labels"]["family"] == "b200" and g["labels"]["sglang_instance"] == "main"
 
 
 def test_the_router_and_the_running_exporter_are_targets(host):
