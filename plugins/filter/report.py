@@ -52,27 +52,32 @@ def _slug(text):
 
 
 def topology(row):
-    """GPU-to-GPU matrix of a host as a heatmap: NVLink lanes (NV#) by colour, PCIe paths as 0, with
-    the link's name in each cell and each GPU's NUMA node on the axes."""
+    """GPU-to-GPU matrix of a host as a heatmap, with the link's name in each cell and each GPU's NUMA node on
+    the axes. A host with NVLink is coloured by NVLink lanes (NV#; a PCIe pair is 0); a PCIe-only host by the
+    PCIe path kind (PIX, PXB, PHB, NODE, SYS: how far the traffic goes), nearest lightest."""
     matrix = row.get("topology_matrix") or {}
     gpus = sorted(matrix, key=lambda g: int(re.sub(r"\D", "", g) or 0))
     if not gpus:
         return None
     numa = dict((("GPU%s" % g.get("index")), g.get("numa_node")) for g in row.get("gpu_list") or [])
     labels = ["%s · NUMA %s" % (g, numa.get(g, "?")) for g in gpus]
-    z, text = [], []
-    for a in gpus:
-        zr, tr = [], []
-        for b in gpus:
-            link = "X" if a == b else (matrix.get(a) or {}).get(b, "?")
-            m = LINK.match(link)
-            zr.append(None if a == b else (int(m.group(1)) if m else 0))
-            tr.append(link)
-        z.append(zr)
-        text.append(tr)
-    fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, text=text, texttemplate="%{text}", colorscale="Greens",
-                               zmin=0, colorbar=dict(title="NVLink lanes"), hovertemplate="%{y} → %{x}: %{text}<extra></extra>"))
-    fig.update_layout(title="%s: GPU-to-GPU links (NV# = NVLink lanes; %s = PCIe paths)" % (row["host"], "/".join(PCIE)))
+    text = [["X" if a == b else (matrix.get(a) or {}).get(b, "?") for b in gpus] for a in gpus]
+    nvlink = any(LINK.match(t) for r in text for t in r)
+    if nvlink:
+        z = [[None if a == b else (int(LINK.match(t).group(1)) if LINK.match(t) else 0) for b, t in zip(gpus, r)]
+             for a, r in zip(gpus, text)]
+        top = max(v for r in z for v in r if v is not None)
+        # both ends fixed (plotly ignores zmin alone): 0 (a PCIe pair) to the most lanes of a pair
+        heat = dict(colorscale="Greens", zmin=0, zmax=max(top, 1), colorbar=dict(title="NVLink lanes"))
+        title = "%s: GPU-to-GPU links (NV# = NVLink lanes; %s = PCIe paths)" % (row["host"], "/".join(PCIE))
+    else:
+        z = [[None if a == b else (PCIE.index(t) if t in PCIE else None) for b, t in zip(gpus, r)] for a, r in zip(gpus, text)]
+        heat = dict(colorscale="Oranges", zmin=0, zmax=len(PCIE) - 1,
+                    colorbar=dict(title="PCIe path", tickvals=list(range(len(PCIE))), ticktext=PCIE))
+        title = "%s: GPU-to-GPU PCIe paths (no NVLink; PIX nearest ... SYS across the CPUs)" % row["host"]
+    fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, text=text, texttemplate="%{text}",
+                               hovertemplate="%{y} → %{x}: %{text}<extra></extra>", **heat))
+    fig.update_layout(title=title)
     fig.update_yaxes(autorange="reversed")
     return _div(fig, "topology-%s" % _slug(row["host"]), 140 + 42 * len(gpus))
 
@@ -204,6 +209,7 @@ ROW_QUERY = """{
   family: nvidia.family,
   driver: nvidia.driver_version,
   cuda: nvidia.cuda_version,
+  cuda_source: nvidia.cuda_version_source,
   interconnect: nvidia.topology.interconnect,
   nvlink_lanes: nvidia.topology.nvlink_min_links,
   numa_nodes: nvidia.topology.numa_nodes || `[]`,
@@ -256,7 +262,7 @@ def _row(rec, q, instances):
         "compute_capability": q["compute_capability"],
         "family": q["family"] if q["present"] else None,
         "driver": q["driver"],
-        "cuda": q["cuda"],
+        "cuda": q["cuda"] or ("unknown branch" if q["cuda_source"] == "unknown branch" else None),
         "interconnect": q["interconnect"] if q["present"] else None,
         "nvlink_lanes": q["nvlink_lanes"],
         "numa_nodes": q["numa_nodes"],

@@ -98,7 +98,9 @@ ansible_facts:
           type: str
           sample: "13.0"
         cuda_version_source:
-          description: Where cuda_version came from, C(libcuda) or C(driver_branch); null when unknown.
+          description:
+            - Where cuda_version came from, C(libcuda) or C(driver_branch); C(unknown branch) when the driver's branch
+              is newer than the table and libcuda could not be loaded (no warning: the report says it); null without a driver.
           type: str
           sample: libcuda
         gpu_count:
@@ -292,10 +294,9 @@ def gather(smi):
     if cuda is None:
         cuda, source = nvidia.cuda_for_driver(rows[0].get("driver_version")), "driver_branch"
     facts = nvidia.build_facts(rows, topo, cuda, cc_from_table=cc_from_table, warnings=warnings)
-    facts["cuda_version_source"] = source if cuda else None
-    if cuda is None:
-        facts["warnings"].append("CUDA version of driver %s unknown (libcuda not loadable, branch newer than the table)"
-                                 % facts["driver_version"])
+    # a driver branch newer than the table (and no loadable libcuda) is a fact, not a problem: said in the
+    # source, so the report shows it, without a warning on every run
+    facts["cuda_version_source"] = source if cuda else ("unknown branch" if facts.get("driver_version") else None)
     return facts, None
 
 

@@ -18,6 +18,9 @@ def test_topology_heatmaps_name_each_link_and_numa_node():
     b, r = c["topology"]["b"], c["topology"]["r"]
     assert 'id="topology-b"' in b and '"NV18"' in b and '"GPU7 \\u00b7 NUMA 1"' in b
     assert '"SYS"' in r and '"NV18"' not in r
+    # NVLink host: coloured by lanes; PCIe-only host: by the path kind, its scale naming PIX..SYS
+    assert '"NVLink lanes"' in b and '"PCIe path"' not in b
+    assert '"PCIe path"' in r and '"ticktext":["PIX","PXB","PHB","NODE","SYS"]' in r and "NVLink lanes" not in r
     assert report.fleet_charts(rows()) == c  # fixed ids: the same fleet gives the same page
 
 
