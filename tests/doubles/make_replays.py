@@ -100,16 +100,26 @@ def main() -> None:
            "nominal": "compute_cap 12.0 (sm_120; -q of this driver has no compute capability line)"},
           "rtx_pro_6000_blackwell/topo-m__1.txt", q="rtx_pro_6000_blackwell/q__1.txt")
 
-    # B300 SXM6 x8: name/driver/compute_cap from one capture, topology from another machine.
+    # B300 SXM6 x8: name/driver/compute_cap from one capture, topology from another machine. No B300
+    # `-q` or `nvlink -s` has been published; the health counters come from the nearest real siblings,
+    # byte-exact: `-q` from an 8x H100 SXM5 HGX board (the only healthy 8-GPU NVSwitch `-q` found: the
+    # same counters, ECC/remap/PCIe/clock-event/fabric layout of a recent driver, Fabric Completed) and
+    # `nvlink -s` from the 8x B200 HGX (NVLink 5, 18 links per GPU, as the B300 topology's NV18). The
+    # bus ids are the `-q` capture's, so a health message names the GPU the stand-in describes.
     rows = [r.split(", ") for r in (CAPTURES / "b300/query-gpu-csv__1.txt").read_text().splitlines()[1:]]
     driver, name, cc = rows[0]
+    stand_in_q = "h100/h100-sxm-8x_q__1.txt"
+    _, q_gpus = parse_q((CAPTURES / stand_in_q).read_text())
     gpus = [{"name": name, "compute_cap": cc, "uuid": nominal_uuid("b300", i),
-             "pci.bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0", "memory.total": "275040",
+             "pci.bus_id": q_gpus[i]["pci.bus_id"], "memory.total": "275040",
              "mig.mode.current": "Disabled"} for i in range(8)]
-    write("b300_8x", "8x B300 SXM6 AC, NVLink 18 links per pair, 9 NICs", {"driver_version": driver, "cuda_version": "13.2"},
+    write("b300_8x", "8x B300 SXM6 AC, NVLink 18 links per pair, 9 NICs; health from sibling HGX captures",
+          {"driver_version": driver, "cuda_version": "13.2"},
           gpus, {"b300/query-gpu-csv__1.txt": "name, driver_version, compute_cap (7 rows captured; the 8th repeats them)",
-                 "nominal": "uuid, pci.bus_id, memory.total (288 GB class), mig.mode.current, cuda_version"},
-          "b300/topo-m__2.txt")
+                 stand_in_q: "pci.bus_id; served as -q (STAND-IN: 8x H100 SXM5 HGX, no B300 -q is published)",
+                 "b200/nvlink-s__1.txt": "served as nvlink -s (STAND-IN: 8x B200 HGX, NVLink 5 x 18 links like the B300)",
+                 "nominal": "uuid, memory.total (288 GB class), mig.mode.current, cuda_version"},
+          "b300/topo-m__2.txt", q=stand_in_q, nvlink="b200/nvlink-s__1.txt")
 
     # B200 x8 (vast.ai HGX): default table + -L + topo from one file.
     table = parse_table((CAPTURES / "b200/nvidia-smi__1.txt").read_text())

@@ -65,13 +65,16 @@ def test_topo_fail_keeps_queries(smi):
 
 
 def test_unexpected_command_is_refused(smi):
-    assert smi("b300_8x", "-q").returncode == 2  # no -q capture of that machine
+    assert smi("h200_8x", "-q").returncode == 2  # no -q capture of that machine
     assert smi("b300_8x", "nvlink", "-c").returncode == 2
 
 
 def test_q_and_nvlink_are_the_captures_byte_for_byte(smi, tmp_path):
     assert smi("rtx_pro_6000_8x", "-q").stdout.encode() == (CAPTURES / "rtx_pro_6000_blackwell" / "q__1.txt").read_bytes()
     assert smi("b200_8x", "nvlink", "-s").stdout.encode() == (CAPTURES / "b200" / "nvlink-s__1.txt").read_bytes()
+    # the B300 set's health stand-ins (no B300 -q is published): an 8x H100 SXM5 HGX -q, the B200 nvlink -s
+    assert smi("b300_8x", "-q").stdout.encode() == (CAPTURES / "h100" / "h100-sxm-8x_q__1.txt").read_bytes()
+    assert smi("b300_8x", "nvlink", "-s").stdout.encode() == (CAPTURES / "b200" / "nvlink-s__1.txt").read_bytes()
     # a test can present a degraded GPU: the real degraded capture replaces the set's own -q
     (tmp_path / "q").write_text("health/a10-remapped-rows-pending__1.txt")
     out = smi("rtx_pro_6000_8x", "-q")

@@ -80,8 +80,11 @@ def test_preflight_failure_names_host_value_and_fix(host):
 def test_gpu_health_read_on_a_host_with_a_q_capture(rows):
     # the RTX set replays its machine's own real -q: read, healthy (Gen1 at idle is allowed)
     assert rows["nvf-rtx"]["health"]["verdict"] == "ok"
-    # the B300 set has no -q capture of its machine: not read, said so, not refused
-    assert rows["nvf-b300"]["health"]["verdict"] == "not read"
+    # the B300 set replays its siblings' real captures (an 8x H100 SXM5 HGX -q, the B200's nvlink -s):
+    # read on every GPU and NVLink, healthy
+    assert rows["nvf-b300"]["health"]["verdict"] == "ok"
+    # the B200 set has no -q capture of its machine: not read, said so, not refused
+    assert rows["nvf-b200"]["health"]["verdict"] == "not read"
 
 
 def test_degraded_gpus_are_refused_naming_gpu_counter_and_threshold(host):

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.ddtree.fleet.plugins.modules import nvidia_facts
+from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia_health
 
 ROOT = Path(__file__).resolve().parents[4]
 DOUBLE = ROOT / "tests" / "doubles" / "nvidia-smi"
@@ -99,10 +100,21 @@ def test_health_reads_nvlink_links_on_nvlink_hosts(replay):
 
 
 def test_health_not_captured_is_a_warning_not_a_failure(replay):
-    facts, error, calls = replay("b300_8x", health=True)
+    facts, error, calls = replay("h200_8x", health=True)
     assert error is None and calls[2:] == ["-q"]
     assert facts["health"]["read"] is False and "nvidia-smi -q failed" in facts["health"]["error"]
     assert facts["gpu_count"] == 8  # the GPU facts stand
+
+
+def test_b300_health_from_its_sibling_stand_ins(replay):
+    # the lab's B300 hosts: -q of an 8x H100 SXM5 HGX board, nvlink -s of the 8x B200 (NVLink 5, 18 links)
+    facts, error, calls = replay("b300_8x", health=True)
+    health = facts["health"]
+    assert error is None and calls[2:] == ["-q", "nvlink -s"] and health["read"] is True
+    assert [(g["index"], g["fabric_state"], g["nvlink_links"], g["nvlink_inactive"]) for g in health["gpus"]] == [
+        (i, "Completed", 18, []) for i in range(8)]
+    assert health["gpus"][0]["bus_id"] == facts["gpus"][0]["pci_bus_id"] == "00000000:18:00.0"
+    assert nvidia_health.facts_problems("b300-1", facts, {"fabric_required": True}) == []
 
 
 def test_module_through_ansible(replay, run_module):
