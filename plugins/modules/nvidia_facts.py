@@ -100,7 +100,7 @@ ansible_facts:
         cuda_version_source:
           description:
             - Where cuda_version came from, C(libcuda) or C(driver_branch); C(unknown branch) when the driver's branch
-              is newer than the table and libcuda could not be loaded (no warning: the report says it); null without a driver.
+              is newer than the table and libcuda could not be loaded (no warning, the report says so); null without a driver.
           type: str
           sample: libcuda
         gpu_count:
