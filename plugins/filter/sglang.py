@@ -88,6 +88,7 @@ import json
 from ansible.errors import AnsibleFilterError
 from ansible_collections.ddtree.fleet.plugins.module_utils.instances import merge, plan
 from ansible_collections.ddtree.fleet.plugins.module_utils.sglang_flags import check_argv
+from ansible_collections.ddtree.fleet.plugins.module_utils.sglang_gate import first_divergence
 
 
 def _algorithm(profile, algorithm):
@@ -291,20 +292,36 @@ def sglang_argv_problems(argv, contract):
                        "options": contract["options"]}, [str(a) for a in argv])
 
 
-def sglang_correctness(gate, algorithm, reference, release, member=False):
+def _agreement(outputs, reference):
+    """'equal on N prompts', or how far the outputs agree with the reference's (the gate passed them)."""
+    ref = (reference or {}).get("outputs") or []
+    equal = sum(1 for out, r in zip(outputs, ref) if out == r)
+    if equal == len(outputs):
+        return "equal on %d prompt%s" % (equal, "" if equal == 1 else "s")
+    agree = min(len(r) if first_divergence(out, r) is None else first_divergence(out, r) for out, r in zip(outputs, ref)
+                if out != r)
+    return "equal on %d of %d prompts, the rest on their first %d tokens" % (equal, len(outputs), agree)
+
+
+def sglang_correctness(gate, algorithm, reference, release, member=False, skipped=""):
     """The correctness column of an instance's status: what its admission gate compared (gate: the gate's result,
-    reference: the reference it was compared with, {} when none; release: the release's id)."""
+    reference: the reference it was compared with, {} when none; release: the release's id; skipped: why the
+    correctness gate did not run, in words, when it did not)."""
     gate, reference = gate or {}, reference or {}
     compared = "outputs" in gate
     if member:
         return "answered by rank 0"
+    if skipped:
+        return "not checked: %s" % skipped
     if algorithm == "none":
         return "reference" if compared else "no reference"
-    if compared and reference.get("speculative_release") == release:
-        return "ok vs this release without speculation (fresh)"
-    if compared and reference.get("host"):
-        return "ok vs %s (%s)" % (reference["host"], reference.get("family"))
-    return "no reference"
+    if not compared:
+        return "not checked: the gate sent no prompts"
+    if reference.get("speculative_release") == release:
+        return "%s vs this release without speculation" % _agreement(gate["outputs"], reference)
+    if reference.get("host"):
+        return "%s vs %s (%s)" % (_agreement(gate["outputs"], reference), reference["host"], reference.get("family"))
+    return "not checked: no reference for this release on record"
 
 
 class FilterModule:

@@ -192,24 +192,25 @@ def test_correctness_and_acceptance_gates_refuse_a_bad_release(host, tmp_path, m
         pytest.skip("driven once, from svc-b300")
     monkeypatch.setenv("DDTREE_REPORT_DIR", str(tmp_path))
     good = current(host, "main")
+    recorded = ["-e", "ddtree_service_correctness_reference=recorded"]  # the default is fresh (next test)
     r = deploy("-e", "ddtree_service_algorithm=none", limit="svc-b300")
     assert r.returncode == 0, r.text
     ref = json.loads((tmp_path / "references" / "kimi-k2.6" / "svc-b300-main.json").read_text())
     assert (ref["host"], ref["instance"], ref["family"], ref["max_new_tokens"]) == ("svc-b300", "main", "b300", 32)
     assert len(ref["outputs"]) == 4 and all(len(o) == 32 for o in ref["outputs"])
-    r = deploy(limit="svc-b300")  # DFLASH again: same greedy output, accept length 3.4 >= 1.5
+    r = deploy(*recorded, limit="svc-b300")  # DFLASH again: same greedy output, accept length 3.4 >= 1.5
     assert r.returncode == 0, r.text
     assert current(host, "main") == good
     host.run_test("mkdir -p /etc/ddtree-sglang-double && echo '%s' > /etc/ddtree-sglang-double/faults.json"
                   % json.dumps([{"match": "--max-running-requests 95", "mode": "wrong_tokens_after:3"},
                                 {"match": "--max-running-requests 94", "mode": "accept_collapsed"}]))
-    r = deploy(*overrides(max_running_requests=95), limit="svc-b300")
+    r = deploy(*recorded, *overrides(max_running_requests=95), limit="svc-b300")
     assert r.returncode != 0
     assert "failed its admission gate" in r.text and "correctness against svc-b300" in r.text, r.text
     assert "prompt 0: output departs from the reference at token 3" in r.text, r.text
     assert "Restored the previous release %s: healthy again" % good in r.text, r.text
     assert current(host, "main") == good
-    r = deploy(*overrides(max_running_requests=94), limit="svc-b300")
+    r = deploy(*recorded, *overrides(max_running_requests=94), limit="svc-b300")
     assert r.returncode != 0
     assert "acceptance: mean accept length 1.00 over 4 requests is under the floor 1.50" in r.text, r.text
     assert current(host, "main") == good
@@ -217,39 +218,46 @@ def test_correctness_and_acceptance_gates_refuse_a_bad_release(host, tmp_path, m
 
 
 def test_a_fresh_reference_is_the_same_release_without_speculation(host, tmp_path, monkeypatch):
-    """ddtree_service_correctness_reference=fresh, with no reference recorded anywhere: each new speculative
-    release is first started without its --speculative-* flags and its greedy outputs recorded for that
-    release, then started as deployed and compared. A release whose speculation corrupts the output
-    (the stand-in's fault on --max-running-requests 95, after the previous test) is refused against
-    its own autoregressive output, and the release from before the deploy is restored, not the
-    autoregressive one; a good one is admitted with the old release as its rollback target."""
+    """The default (ddtree_service_correctness_reference: fresh), with no reference recorded anywhere: each new
+    speculative release is first started without its --speculative-* flags and its greedy outputs recorded
+    for that release (keyed by its id), then started as deployed and compared. A release whose speculation
+    corrupts the output (the stand-in's fault on --max-running-requests 95, after the previous test) is
+    refused against its own autoregressive output, without any opt-in, and the release from before the
+    deploy is restored, not the autoregressive one; a good one is admitted with the old release as its
+    rollback target; a re-run starts nothing; the explicit opt-out is said in words."""
     if name(host) != "svc-b300":
         pytest.skip("driven once, from svc-b300")
     monkeypatch.setenv("DDTREE_REPORT_DIR", str(tmp_path))
-    ref_file = tmp_path / "references" / "kimi-k2.6" / "svc-b300-main.json"
+    refs = tmp_path / "references" / "kimi-k2.6"
     good = current(host, "main")
-    fresh = ["-e", "ddtree_service_correctness_reference=fresh"]
-    r = deploy(*fresh, *overrides(max_running_requests=95), limit="svc-b300")
+    r = deploy(*overrides(max_running_requests=95), limit="svc-b300")
     assert r.returncode != 0
     assert "prompt 0: output departs from the reference at token 3" in r.text, r.text
     assert "Restored the previous release %s: healthy again" % good in r.text, r.text
     assert current(host, "main") == good
+    [ref_file] = refs.glob("svc-b300-main@*.json")
     ref = json.loads(ref_file.read_text())
     ar_launch = host.file("%s/main/releases/%s/launch" % (ROOT, ref["release"])).content_string
     assert "--max-running-requests 95" in ar_launch and "--speculative" not in ar_launch
-    assert ref["speculative_release"] not in (good, ref["release"])
+    assert ref["speculative_release"] not in (good, ref["release"]) and ref_file.name == "svc-b300-main@%s.json" % ref["speculative_release"]
 
-    r = deploy(*fresh, *overrides(max_running_requests=93), limit="svc-b300")
+    r = deploy(*overrides(max_running_requests=93), limit="svc-b300")
     assert r.returncode == 0, r.text
     new = current(host, "main")
-    ref = json.loads(ref_file.read_text())
+    ref = json.loads((refs / ("svc-b300-main@%s.json" % new)).read_text())
     assert ref["speculative_release"] == new and new != good
     assert host.check_output("basename $(readlink -f %s/main/previous)" % ROOT) == good
     assert "--speculative-algorithm DFLASH" in host.file("%s/main/current/launch" % ROOT).content_string
     pid = main_pid(host, "ddtree-sglang@main.service")
-    r = deploy(*fresh, *overrides(max_running_requests=93), limit="svc-b300")  # nothing new: no second fresh start
+    r = deploy(*overrides(max_running_requests=93), limit="svc-b300")  # nothing new: no second fresh start
     assert r.returncode == 0 and "changed=0" in r.text, r.text
     assert main_pid(host, "ddtree-sglang@main.service") == pid
+    assert "main correctness equal on 4 prompts vs this release without speculation;" in r.text, r.text
+
+    # the opt-out is explicit and said: the faulty release is admitted unchecked, and the report says why
+    r = deploy("-e", "ddtree_service_correctness_gate=false", *overrides(max_running_requests=95), limit="svc-b300")
+    assert r.returncode == 0, r.text
+    assert "main correctness not checked: opted out (ddtree_service_correctness_gate=false);" in r.text, r.text
     assert deploy(limit="svc-b300").returncode == 0 and current(host, "main") == good
 
 
