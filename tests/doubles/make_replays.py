@@ -109,7 +109,7 @@ def main() -> None:
     rows = [r.split(", ") for r in (CAPTURES / "b300/query-gpu-csv__1.txt").read_text().splitlines()[1:]]
     driver, name, cc = rows[0]
     stand_in_q = "h100/h100-sxm-8x_q__1.txt"
-    _, q_gpus = parse_q((CAPTURES / stand_in_q).read_text())
+    q_gpus = parse_q((CAPTURES / stand_in_q).read_text())[1]
     gpus = [{"name": name, "compute_cap": cc, "uuid": nominal_uuid("b300", i),
              "pci.bus_id": q_gpus[i]["pci.bus_id"], "memory.total": "275040",
              "mig.mode.current": "Disabled"} for i in range(8)]
