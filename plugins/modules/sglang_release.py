@@ -63,7 +63,9 @@ options:
     description:
       - With O(state=present), the release C(previous) points at afterwards instead of the one that was current.
         A deploy that makes another release current for a while (the correctness gate's fresh autoregressive
-        reference) keeps its rollback target this way.
+        reference) keeps its rollback target this way. When it names the release being made current (the
+        rollback target is the release made current, e.g. a bench's autoregressive baseline is the fresh
+        reference's release), it is ignored: that release is kept as current.
     type: str
   release:
     description: With O(state=rollback), the release to return to instead of C(previous).
@@ -200,8 +202,9 @@ class Releases:
             self.m.fail_json(msg="venv %s does not exist: install it first (venv_stream role)" % self.p["venv"])
         rid, body = self.describe()
         live = self.target(self.current)
-        want_prev = self.p["previous"]
-        if want_prev and (want_prev == rid or self.load(want_prev) is None):
+        # the release being made current is kept as current: naming it as the rollback target asks nothing
+        want_prev = self.p["previous"] if self.p["previous"] != rid else None
+        if want_prev and self.load(want_prev) is None:
             self.m.fail_json(msg="previous=%s is not another release of instance %s (%s)" % (want_prev, self.p["instance"], self.dir))
         prev = want_prev or (self.target(self.previous) if live == rid else live)
         moves_prev = live == rid and bool(want_prev) and prev != self.target(self.previous)

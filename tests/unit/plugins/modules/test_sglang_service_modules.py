@@ -78,11 +78,17 @@ def test_a_deploy_can_keep_its_rollback_target_and_roll_back_to_a_named_release(
     assert os.path.realpath(base / "previous").endswith(before) and os.path.realpath(base / "current").endswith(spec["id"])
     again = release(run_module, tmp_path, venv, argv=spec_argv, previous=before)
     assert not again["changed"]
+    # the rollback target is the very release made current (a bench's autoregressive baseline is the fresh
+    # reference's release): nothing to keep apart, so it is ignored and the spec release becomes previous
+    same = release(run_module, tmp_path, venv, argv=["--tp-size", "8"], previous=ar["id"])
+    assert same["changed"] and same["id"] == ar["id"] and same["previous"] == spec["id"]
+    spec = release(run_module, tmp_path, venv, argv=spec_argv, previous=ar["id"])
+    assert spec["previous"] == ar["id"]
     bad = release(run_module, tmp_path, venv, argv=["--tp-size", "8"], previous="0123456789ab")
     assert bad["failed"] and "previous=0123456789ab is not another release of instance main" in bad["msg"]
-    back = run_module("sglang_release", instance="main", root=str(tmp_path / "svc"), state="rollback", release=ar["id"])
-    assert back["id"] == ar["id"] and back["previous"] == spec["id"]
-    assert os.path.realpath(base / "current").endswith(ar["id"])
+    back = run_module("sglang_release", instance="main", root=str(tmp_path / "svc"), state="rollback", release=before)
+    assert back["id"] == before and back["previous"] == spec["id"]
+    assert os.path.realpath(base / "current").endswith(before)
     none = run_module("sglang_release", instance="main", root=str(tmp_path / "svc"), state="rollback", release="0123456789ab")
     assert none["failed"] and "no release 0123456789ab to roll back to" in none["msg"]
 
