@@ -65,7 +65,7 @@ options:
         A deploy that makes another release current for a while (the correctness gate's fresh autoregressive
         reference) keeps its rollback target this way. When it names the release being made current (the
         rollback target is the release made current, e.g. a bench's autoregressive baseline is the fresh
-        reference's release), it is ignored: that release is kept as current.
+        reference's release), it is ignored; that release is kept as current.
     type: str
   release:
     description: With O(state=rollback), the release to return to instead of C(previous).
