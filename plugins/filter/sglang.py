@@ -292,15 +292,20 @@ def sglang_argv_problems(argv, contract):
                        "options": contract["options"]}, [str(a) for a in argv])
 
 
+def _agreed(out, ref):
+    """Tokens two outputs share from the start (where one is a prefix of the other, the shorter one's length)."""
+    pos = first_divergence(out, ref)
+    return min(len(out), len(ref)) if pos is None else pos
+
+
 def _agreement(outputs, reference):
     """'equal on N prompts', or how far the outputs agree with the reference's (the gate passed them)."""
     ref = (reference or {}).get("outputs") or []
-    equal = sum(1 for out, r in zip(outputs, ref) if out == r)
-    if equal == len(outputs):
-        return "equal on %d prompt%s" % (equal, "" if equal == 1 else "s")
-    agree = min(len(r) if first_divergence(out, r) is None else first_divergence(out, r) for out, r in zip(outputs, ref)
-                if out != r)
-    return "equal on %d of %d prompts, the rest on their first %d tokens" % (equal, len(outputs), agree)
+    differ = [(out, r) for out, r in zip(outputs, ref) if out != r]
+    if not differ:
+        return "equal on %d prompt%s" % (len(outputs), "" if len(outputs) == 1 else "s")
+    agree = min(_agreed(out, r) for out, r in differ)
+    return "equal on %d of %d prompts, the rest on their first %d tokens" % (len(outputs) - len(differ), len(outputs), agree)
 
 
 def sglang_correctness(gate, algorithm, reference, release, member=False, skipped=""):
