@@ -278,7 +278,8 @@ def sglang_status(results):
         argv = rel.get("argv") or []
         algo = argv[argv.index("--speculative-algorithm") + 1] if "--speculative-algorithm" in argv[:-1] else "none"
         rows.append({"name": inst["name"], "port": inst["port"], "gpus": inst.get("gpus") or [], "release": rel.get("id"),
-                     "algorithm": algo, "healthy": bool(r.get("healthy"))})
+                     "algorithm": algo, "healthy": bool(r.get("healthy")), "version": r.get("version"),
+                     "device": r.get("device")})
     return rows
 
 

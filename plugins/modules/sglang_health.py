@@ -106,6 +106,14 @@ server_info:
   description: The compared keys as the server reports them.
   returned: when the server answered
   type: dict
+version:
+  description: The SGLang version the server reports in C(/server_info) (the fleet report shows it per instance).
+  returned: when the server answered
+  type: str
+device:
+  description: The device the server reports in C(/server_info) (C(cuda), C(cpu), ...); null when it reports none.
+  returned: when the server answered
+  type: str
 drift:
   description: "Keys whose value differs: key: {expected, actual}."
   returned: always
@@ -236,6 +244,7 @@ def main():
     if info is None:
         module.fail_json(msg="%s answers neither /server_info nor /get_server_info" % base, **result)
     result["server_info"] = dict((k, info.get(k)) for k in p["expect"])
+    result["version"], result["device"] = info.get("version"), info.get("device")
     result["drift"] = dict((k, {"expected": v, "actual": info.get(k)}) for k, v in p["expect"].items() if not same(v, info.get(k)))
     if result["drift"]:
         module.fail_json(msg="the server runs with other settings than it was given: %s" % "; ".join(

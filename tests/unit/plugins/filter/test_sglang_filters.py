@@ -138,11 +138,14 @@ def test_sglang_status_rows_from_the_status_reads():
         rel = {"id": rid, "argv": argv}
         return {"content": base64.b64encode(_json.dumps(rel).encode()).decode(),
                 "item": {"item": {"name": name, "port": port, "gpus": [0, 1]}, "stat": {"exists": True}}}
-    results = [{"healthy": True, "item": slurped("main", 30000, ["--tp-size", "8", "--speculative-algorithm", "DFLASH"], "abc")},
+    results = [{"healthy": True, "version": "0.5.23", "device": "cpu",
+                "item": slurped("main", 30000, ["--tp-size", "8", "--speculative-algorithm", "DFLASH"], "abc")},
                {"healthy": False, "item": slurped("b", 30001, ["--tp-size", "8"], "def")}]
     rows = f.sglang_status(results)
-    assert rows == [{"name": "main", "port": 30000, "gpus": [0, 1], "release": "abc", "algorithm": "DFLASH", "healthy": True},
-                    {"name": "b", "port": 30001, "gpus": [0, 1], "release": "def", "algorithm": "none", "healthy": False}]
+    assert rows == [{"name": "main", "port": 30000, "gpus": [0, 1], "release": "abc", "algorithm": "DFLASH", "healthy": True,
+                     "version": "0.5.23", "device": "cpu"},
+                    {"name": "b", "port": 30001, "gpus": [0, 1], "release": "def", "algorithm": "none", "healthy": False,
+                     "version": None, "device": None}]
     assert f.sglang_status([]) == []
 
 

@@ -121,10 +121,12 @@ def server(tmp_path):
 
 
 def test_gate_passes_and_reads_server_info(run_module, server):
-    url = server("--tp-size", "8", "--speculative-algorithm", "DFLASH", "--api-key", "k")
+    url = server("--tp-size", "8", "--speculative-algorithm", "DFLASH", "--api-key", "k", "--device", "cpu")
     r = run_module("sglang_health", url=url, model="kimi", expect={"tp_size": 8, "speculative_algorithm": "dflash"},
                    api_key="k", timeout=20, interval=0.2)
     assert r["healthy"] and r["server_info"] == {"tp_size": 8, "speculative_algorithm": "DFLASH"} and r["seconds"] >= 0
+    # what the server says it is, for the report: its version and device from /server_info
+    assert r["version"] == "0.5.23" and r["device"] == "cpu"
 
 
 def test_gate_reports_drift_wrong_model_and_timeout(run_module, server):
