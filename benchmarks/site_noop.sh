@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# site.yml first run vs no-op re-run on the lab fleet (src, 2x B300, 1x RTX PRO 6000, router;
+# site.yml first run vs no-op re-run on the lab fleet (src, 2x B300, 1x RTX PRO 6000, cpu-1, router;
 # scripts/lab prepare): every stage runs for real on the first run; the re-run must change
 # nothing and take at most 25% of the first run's wall time (both Ansible wall times, same run).
 # Writes benchmarks/results/site_noop.json; the lab stays up (scripts/lab down removes it).
@@ -37,7 +37,7 @@ printf '%-22s %8s %8s\n' run seconds changed
 printf '%-22s %8s %8s\n' "first" "$t_first" "$c_first" "no-op re-run" "$t_noop" "$c_noop"
 printf 'no-op / first: %s (goal <= 0.25, and 0 changed)\n' "$ratio"
 cat >"$out/site_noop.json" <<JSON
-{"hosts": 5, "first_s": $t_first, "first_changed": $c_first, "noop_s": $t_noop, "noop_changed": $c_noop,
+{"hosts": 6, "first_s": $t_first, "first_changed": $c_first, "noop_s": $t_noop, "noop_changed": $c_noop,
  "noop_over_first": $ratio, "goal": "noop_changed == 0 and noop_over_first <= 0.25", "date": "$(date -u +%F)"}
 JSON
 [ "$c_noop" = 0 ] || die "bench: the re-run changed $c_noop things (see $DDTREE_WORK/site-noop.log)"
