@@ -102,7 +102,30 @@ def peer_allow(clients, hostvars, extra=None):
     return sorted(out)
 
 
+def warm_sources(me, hostvars, play_hosts, groups, key_id, extra=None, outside=True, limit=4):
+    """Where a host looks for a warm-start artefact of key_id (ddtree.fleet.warm_cache), in order: the play's
+    hosts that hold one for the same key (their __ddtree_service_warm, from the key step), the extra hosts,
+    then (outside) the other hosts of me's inventory groups that are not in the play, by name: a --limit run
+    of a replaced host still finds its old peers. At most limit, each {name, address}."""
+    play = [h for h in play_hosts or [] if h != me]
+    order = [h for h in play if (_get(hostvars.get(h, {}), "__ddtree_service_warm", {}) or {}).get("key_id") == key_id
+             and (_get(hostvars.get(h, {}), "__ddtree_service_warm", {}) or {}).get("held")]
+    order += [h for h in extra or [] if h != me]
+    if outside:
+        mine = [g for g, hosts in (groups or {}).items() if g not in ("all", "ungrouped") and me in (hosts or [])]
+        near = set(h for g in mine for h in groups[g] or [])
+        order += sorted(h for h in near if h != me and h not in play_hosts)
+    out, seen = [], set()
+    for h in order:
+        if h in seen or h not in hostvars:
+            continue
+        seen.add(h)
+        out.append({"name": h, "address": address(hostvars[h])})
+    return out[:int(limit)]
+
+
 class FilterModule:
     def filters(self):
         return {"address": address, "fleet_trust": fleet_trust, "trust_block": trust_block, "url_host": url_host,
-                "peer_allow": peer_allow, "host_records": host_records}
+                "peer_allow": peer_allow, "host_records": host_records,
+                "warm_sources": warm_sources}

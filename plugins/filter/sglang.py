@@ -252,6 +252,13 @@ def sglang_instances(instances, settings):
         state, cache = "/var/lib/%s/%s" % (s["unit"], inst["name"]), "/var/cache/%s/%s" % (s["unit"], inst["name"])
         env = {"HOME": state, "XDG_CACHE_HOME": cache, "TRITON_CACHE_DIR": cache + "/triton",
                "TORCHINDUCTOR_CACHE_DIR": cache + "/inductor", "FLASHINFER_WORKSPACE_BASE": cache}
+        warm = s.get("warm_dir")
+        if warm:
+            # warm start (docs/warm_start.md): every JIT cache in the key's directory. SGLang's own
+            # redirect_third_party_caches() places these under SGLANG_CACHE_DIR (DeepGEMM, CuTe AOT and
+            # torch.compile graphs included); the rest are set here too, for what is imported before sglang
+            env.update({"SGLANG_CACHE_DIR": warm, "TRITON_CACHE_DIR": warm + "/triton", "TORCHINDUCTOR_CACHE_DIR": warm + "/inductor",
+                        "FLASHINFER_WORKSPACE_BASE": warm, "CUDA_CACHE_PATH": warm + "/nv", "TILELANG_CACHE_DIR": warm + "/tilelang"})
         env.update(profile.get("env") or {})
         env.update(s.get("env") or {})
         if skip_vision and patched:

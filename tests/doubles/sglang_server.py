@@ -38,6 +38,10 @@ Multi-node serving groups (--nnodes N --node-rank R --dist-init-addr HOST:PORT),
   /metrics (SGLang's stand-alone health server of non-zero ranks), once joined.
 Greedy output: /generate returns output_ids, a deterministic function of the prompt and the
 position (the same with and without speculation, as greedy decoding must be).
+JIT caches (warm start): where SGLang would compile kernels into its cache directory (SGLANG_CACHE_DIR, else
+TRITON_CACHE_DIR's parent), the stand-in "compiles" one kernel file per model and tensor-parallel size while it
+loads - DDTREE_SGLANG_DOUBLE_COMPILE_S seconds (default 0) more load time - unless the file is already there,
+and /server_info says which (ddtree_double_jit: compiled | cached | none).
 Load time: --double-load-seconds is not used (unknown flags are refused by the flag contract);
 the env DDTREE_SGLANG_DOUBLE_LOAD_S (default 1) sets it.
 """
@@ -114,6 +118,9 @@ class State:
         load = float(os.environ.get("DDTREE_SGLANG_DOUBLE_LOAD_S", "1"))
         if self.fault.startswith("slow_start:"):
             load = float(self.fault.split(":", 1)[1])
+        self.jit = self.warm_up()
+        if self.jit == "compiled":
+            load += float(os.environ.get("DDTREE_SGLANG_DOUBLE_COMPILE_S", "0"))
         self.ready_at = self.started + load
         self.running = 0
         self.total = 0
@@ -122,6 +129,25 @@ class State:
         self.nnodes = int(args.get("nnodes") or 1)
         self.joined = set()
         self.member = False
+
+    def warm_up(self):
+        """The stand-in's JIT kernel: compiled into the cache directory, or found there."""
+        cache = os.environ.get("SGLANG_CACHE_DIR") or os.path.dirname(os.environ.get("TRITON_CACHE_DIR", "").rstrip("/"))
+        if not cache:
+            return "none"
+        name = "%s-tp%s" % (os.path.basename(str(self.args.get("model_path", "model")).rstrip("/")), self.args.get("tp_size") or 1)
+        kernel = os.path.join(cache, "triton", "ddtree-double", name + ".cubin")
+        if os.path.exists(kernel):
+            return "cached"
+        try:
+            os.makedirs(os.path.dirname(kernel), exist_ok=True)
+            with open(kernel + ".tmp", "wb") as f:
+                f.write(("kernel for %s\n" % name).encode() * 64)
+            os.replace(kernel + ".tmp", kernel)
+        except OSError as exc:
+            sys.stderr.write("sglang-double: cannot write the JIT cache %s: %s\n" % (kernel, exc))
+            return "none"
+        return "compiled"
 
     def ready(self):
         return time.time() >= self.ready_at and len(self.joined) >= self.nnodes - 1
@@ -153,7 +179,7 @@ class State:
         if self.fault.startswith("drift:"):
             k, v = self.fault.split(":", 1)[1].split("=", 1)
             info[k] = int(v) if v.isdigit() else v
-        info.update(version=VERSION, internal_states=[{"avg_spec_accept_length": self.accept_length() or 1.0}])
+        info.update(version=VERSION, ddtree_double_jit=self.jit, internal_states=[{"avg_spec_accept_length": self.accept_length() or 1.0}])
         return info
 
 

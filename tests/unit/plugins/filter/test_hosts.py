@@ -73,3 +73,23 @@ def test_a_host_nobody_knows_is_missing():
     t = hosts.fleet_trust(["a", "never"], {"a": hv("a", __base_user_pubkey="ssh-ed25519 K", __base_host_pubkey="ssh-ed25519 H"),
                                            "never": hv("never")}, ["a"])
     assert t["missing"] == ["never"] and "never" not in t["known_hosts"]
+
+
+def test_warm_sources_order_holders_extra_then_group_peers_outside_the_play():
+    held = {"key_id": "k1", "held": True}
+    hvs = {"b300-01.dc": hv("b300-01.dc", __ddtree_service_warm=held),
+           "b300-02.dc": hv("b300-02.dc", __ddtree_service_warm={"key_id": "k1", "held": False}),
+           "b300-03.dc": hv("b300-03.dc", __ddtree_service_warm={"key_id": "k2", "held": True}),
+           "b300-04.dc": hv("b300-04.dc", ansible_host="10.0.0.4"),
+           "b300-05.dc": hv("b300-05.dc"),
+           "build.dc": hv("build.dc", ddtree_address="build.fabric"),
+           "rtx-01.dc": hv("rtx-01.dc")}
+    groups = {"all": list(hvs), "b300": ["b300-0%d.dc" % i for i in range(1, 6)], "rtx": ["rtx-01.dc"], "ungrouped": []}
+    play = ["b300-01.dc", "b300-02.dc", "b300-03.dc", "b300-05.dc"]
+    got = hosts.warm_sources("b300-05.dc", hvs, play, groups, "k1", ["build.dc"], True, 4)
+    # the play's holder of this key first; not the one without it, nor another key's; then the build host,
+    # then the group's host outside the play (a --limit run), never a host of another group or itself
+    assert got == [{"name": "b300-01.dc", "address": "b300-01.dc"}, {"name": "build.dc", "address": "build.fabric"},
+                   {"name": "b300-04.dc", "address": "10.0.0.4"}]
+    assert [s["name"] for s in hosts.warm_sources("b300-05.dc", hvs, play, groups, "k1", [], False, 4)] == ["b300-01.dc"]
+    assert len(hosts.warm_sources("b300-05.dc", hvs, ["b300-05.dc"], groups, "k1", [], True, 2)) == 2
