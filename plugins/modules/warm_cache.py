@@ -336,7 +336,7 @@ class Warm(object):
                 wc.verify_artifact(art, index)
                 files = self.install(art, index, key, cache)
                 res.update(source="this host", cache_files=files)
-                self.m.exit_json(changed=True, warm=True, verdict="warm (%s, this host's artefact, %d files)" % (ident, files),
+                self.m.exit_json(changed=True, warm=True, verdict="warm (%s, from the store on this host, %d files)" % (ident, files),
                                  seconds=round(time.time() - start, 1), **res)
             except wc.Refused as exc:
                 reasons.append("this host: %s" % exc)
@@ -377,7 +377,9 @@ class Warm(object):
             self.m.exit_json(changed=False, artifact=None, removed=[], msg="nothing to pack: %s is empty" % cache, **res)
         index = wc.read_index(self.root, kid)
         current = wc.tree_digest(wc.tree(cache))
-        if index and index.get("tree") == current and res["held"]:
+        art = os.path.join(self.root, "artifacts", "%s.tar.gz" % (index or {}).get("sha256"))
+        # the artefact on record is served to peers as it is: one that no longer matches its index is packed again
+        if index and index.get("tree") == current and res["held"] and wc.sha256_file(art) == index.get("sha256"):
             self.m.exit_json(changed=False, artifact=index, removed=[], **res)
         if self.m.check_mode:
             self.m.exit_json(changed=True, artifact=None, removed=[], **res)

@@ -41,7 +41,7 @@ position (the same with and without speculation, as greedy decoding must be).
 JIT caches (warm start): where SGLang would compile kernels into its cache directory (SGLANG_CACHE_DIR, else
 TRITON_CACHE_DIR's parent), the stand-in "compiles" one kernel file per model and tensor-parallel size while it
 loads - DDTREE_SGLANG_DOUBLE_COMPILE_S seconds (default 0) more load time - unless the file is already there,
-and /server_info says which (ddtree_double_jit: compiled | cached | none).
+and its start line and /server_info say which (jit=compiled | cached | none; ddtree_double_jit).
 Load time: --double-load-seconds is not used (unknown flags are refused by the flag contract);
 the env DDTREE_SGLANG_DOUBLE_LOAD_S (default 1) sets it.
 """
@@ -111,14 +111,34 @@ def fault_for(argv_text):
     return None
 
 
+def warm_up(args):
+    """The stand-in's JIT kernel: compiled into the cache directory, or found there."""
+    cache = os.environ.get("SGLANG_CACHE_DIR") or os.path.dirname(os.environ.get("TRITON_CACHE_DIR", "").rstrip("/"))
+    if not cache:
+        return "none"
+    name = "%s-tp%s" % (os.path.basename(str(args.get("model_path", "model")).rstrip("/")), args.get("tp_size") or 1)
+    kernel = os.path.join(cache, "triton", "ddtree-double", name + ".cubin")
+    if os.path.exists(kernel):
+        return "cached"  # untouched: its mtime stays before this start (no journal line: tests count them)
+    try:
+        os.makedirs(os.path.dirname(kernel), exist_ok=True)
+        with open(kernel + ".tmp", "wb") as f:
+            f.write(("kernel for %s\n" % name).encode() * 64)
+        os.replace(kernel + ".tmp", kernel)
+    except OSError as exc:
+        sys.stderr.write("sglang-double: cannot write the JIT cache %s: %s\n" % (kernel, exc))
+        return "none"
+    return "compiled"
+
+
 class State:
-    def __init__(self, args, fault):
+    def __init__(self, args, fault, jit="none"):
         self.args, self.fault = args, fault or ""
         self.started = time.time()
         load = float(os.environ.get("DDTREE_SGLANG_DOUBLE_LOAD_S", "1"))
         if self.fault.startswith("slow_start:"):
             load = float(self.fault.split(":", 1)[1])
-        self.jit = self.warm_up()
+        self.jit = jit
         if self.jit == "compiled":
             load += float(os.environ.get("DDTREE_SGLANG_DOUBLE_COMPILE_S", "0"))
         self.ready_at = self.started + load
@@ -129,25 +149,6 @@ class State:
         self.nnodes = int(args.get("nnodes") or 1)
         self.joined = set()
         self.member = False
-
-    def warm_up(self):
-        """The stand-in's JIT kernel: compiled into the cache directory, or found there."""
-        cache = os.environ.get("SGLANG_CACHE_DIR") or os.path.dirname(os.environ.get("TRITON_CACHE_DIR", "").rstrip("/"))
-        if not cache:
-            return "none"
-        name = "%s-tp%s" % (os.path.basename(str(self.args.get("model_path", "model")).rstrip("/")), self.args.get("tp_size") or 1)
-        kernel = os.path.join(cache, "triton", "ddtree-double", name + ".cubin")
-        if os.path.exists(kernel):
-            return "cached"
-        try:
-            os.makedirs(os.path.dirname(kernel), exist_ok=True)
-            with open(kernel + ".tmp", "wb") as f:
-                f.write(("kernel for %s\n" % name).encode() * 64)
-            os.replace(kernel + ".tmp", kernel)
-        except OSError as exc:
-            sys.stderr.write("sglang-double: cannot write the JIT cache %s: %s\n" % (kernel, exc))
-            return "none"
-        return "compiled"
 
     def ready(self):
         return time.time() >= self.ready_at and len(self.joined) >= self.nnodes - 1
@@ -359,15 +360,16 @@ def main(argv):
     if "config" in args:
         args.update(read_config(args["config"]))
     fault = fault_for(" ".join(argv))
-    sys.stderr.write("sglang-double %s: model %s on %s:%s fault=%s\n"
-                     % (VERSION, args.get("model_path"), args.get("host"), args.get("port"), fault))
+    jit = warm_up(args) if os.path.isdir(str(args.get("model_path", ""))) else "none"
+    sys.stderr.write("sglang-double %s: model %s on %s:%s fault=%s jit=%s\n"
+                     % (VERSION, args.get("model_path"), args.get("host"), args.get("port"), fault, jit))
     if fault == "crash":
         sys.stderr.write("sglang-double: injected crash at start\n")
         return 3
     if "model_path" not in args or not os.path.isdir(str(args["model_path"])):
         sys.stderr.write("sglang-double: --model-path %s is not a directory\n" % args.get("model_path"))
         return 2
-    state = State(args, fault)
+    state = State(args, fault, jit)
     if state.nnodes > 1 and int(args.get("node_rank") or 0) > 0:
         join(args)  # then the stand-alone health server of a non-zero rank
         state.member = True
