@@ -25,6 +25,7 @@ import os
 import platform
 import shutil
 import stat
+import subprocess
 import tarfile
 import time
 
@@ -73,7 +74,7 @@ def venv_digest(venv):
     try:
         with open(os.path.join(real, "pyvenv.cfg")) as f:
             for line in f:
-                k, _, v = line.partition("=")
+                k, v = line.partition("=")[::2]
                 if k.strip() in ("version", "version_info"):
                     version = ".".join(v.strip().split(".")[:3])
     except (IOError, OSError):
@@ -316,6 +317,21 @@ def prune(root, keep, live):
             os.unlink(a)
             removed.append("artifacts/%s" % os.path.basename(a))
     return removed
+
+
+def fetch_to(argv, dest, timeout):
+    """argv's stdout (ssh ... cat <artefact>) into the file dest, within timeout seconds. Raise Refused."""
+    with open(dest, "wb") as f:
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.PIPE)
+        try:
+            _out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise Refused("the transfer took more than %d s" % timeout)
+    if proc.returncode != 0:
+        lines = err.decode("utf-8", "replace").strip().splitlines() or ["rc %d" % proc.returncode]
+        raise Refused("the transfer failed (%s)" % lines[-1])
 
 
 def now():

@@ -115,8 +115,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: state=key and state=pack report without writing; state=restore says what it would fetch without asking the sources.
   diff_mode:
     support: none
+    description: No diff is shown.
 """
 
 EXAMPLES = r"""
@@ -204,7 +206,6 @@ import json
 import os
 import pwd
 import shutil
-import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -272,17 +273,8 @@ class Warm(object):
         except ValueError:
             raise wc.Refused("its index is not JSON")
         wc.check_index(index, key)
-        with open(incoming, "wb") as f:
-            proc = subprocess.Popen(self.ssh(src["address"], "cat", os.path.join(peer_root, "artifacts", index["sha256"] + ".tar.gz")),
-                                    stdout=f, stderr=subprocess.PIPE)
-            try:
-                _o, e = proc.communicate(timeout=self.p["transfer_timeout"])
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-                raise wc.Refused("the transfer took more than %d s" % self.p["transfer_timeout"])
-        if proc.returncode != 0:
-            raise wc.Refused("the transfer failed (%s)" % (e.decode("utf-8", "replace").strip().splitlines() or ["rc %d" % proc.returncode])[-1])
+        wc.fetch_to(self.ssh(src["address"], "cat", os.path.join(peer_root, "artifacts", index["sha256"] + ".tar.gz")),
+                    incoming, self.p["transfer_timeout"])
         wc.verify_artifact(incoming, index)
         return index
 

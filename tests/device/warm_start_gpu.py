@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Warm start on a real GPU (the lent H200): real Triton and Inductor JIT-compile a workload into one cache
 directory laid out as sglang 0.5.23 lays out SGLANG_CACHE_DIR (triton/, inductor/, nv/). The cache is packed,
 verified and unpacked with the collection's own code (plugins/module_utils/warm_cache.py, which
