@@ -30,6 +30,7 @@ import tarfile
 import time
 
 from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, atomic_write, safe_relpath
+from ansible_collections.ddtree.fleet.plugins.module_utils.venv_artifact import sha256_file
 
 KEY_VERSION = 1
 KEY_FIELDS = ("arch", "driver_branch", "cuda", "python", "venv", "patch")
@@ -114,14 +115,6 @@ def key_difference(want, have):
         return "no key"
     diff = ["%s %s, not %s" % (k, have.get(k), want.get(k)) for k in ("version",) + KEY_FIELDS if have.get(k) != want.get(k)]
     return "; ".join(diff)
-
-
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def tree(root):
