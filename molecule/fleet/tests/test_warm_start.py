@@ -29,7 +29,8 @@ def index(name):
 
 def live_cache(name):
     env = other(name).file("/opt/ddtree/service/main/current/env").content_string
-    return dict(line.split("=", 1) for line in env.splitlines() if "=" in line)["SGLANG_CACHE_DIR"]
+    # the release's env file quotes its values (systemd's EnvironmentFile syntax)
+    return dict(line.split("=", 1) for line in env.splitlines() if "=" in line)["SGLANG_CACHE_DIR"].strip('"')
 
 
 def reimage(*names):
