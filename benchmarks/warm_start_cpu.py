@@ -93,11 +93,7 @@ def main():
         index = wc.pack(store, cache, key)
         shutil.rmtree(cache)
         t0 = time.time()
-        art = os.path.join(store, "artifacts", index["sha256"] + ".tar.gz")
-        wc.check_index(index, key)
-        wc.verify_artifact(art, index)
-        files = wc.extract(art, key, cache + ".incoming", 10 * 2 ** 30)
-        os.rename(cache + ".incoming", cache)
+        files = wc.install(os.path.join(store, "artifacts", index["sha256"] + ".tar.gz"), index, key, cache, 10 * 2 ** 30)
         restore = time.time() - t0
         warm = start_to_gate(venv, d + "/models", cache, tempfile.mkdtemp(dir=work))
         row = {"pair": i, "cold_gate_s": cold["gate_s"], "warm_gate_s": warm["gate_s"], "cold_healthy_s": cold["healthy_s"],

@@ -108,8 +108,8 @@ def warm_sources(me, hostvars, play_hosts, groups, key_id, extra=None, outside=T
     then (outside) the other hosts of me's inventory groups that are not in the play, by name: a --limit run
     of a replaced host still finds its old peers. At most limit, each {name, address}."""
     play = [h for h in play_hosts or [] if h != me]
-    order = [h for h in play if (_get(hostvars.get(h, {}), "__ddtree_service_warm", {}) or {}).get("key_id") == key_id
-             and (_get(hostvars.get(h, {}), "__ddtree_service_warm", {}) or {}).get("held")]
+    warm = dict((h, _get(hostvars.get(h, {}), "__ddtree_service_warm", {}) or {}) for h in play)
+    order = [h for h in play if warm[h].get("key_id") == key_id and warm[h].get("held")]
     order += [h for h in extra or [] if h != me]
     if outside:
         mine = [g for g, hosts in (groups or {}).items() if g not in ("all", "ungrouped") and me in (hosts or [])]

@@ -151,10 +151,11 @@ def _member(name, size=0, mode=0o644, kind=tarfile.REGTYPE):
     return ti
 
 
-def pack(root, cache_dir, key):
+def pack(root, cache_dir, key, entries=None):
     """Pack cache_dir as artifacts/<sha256>.tar.gz under root (the same content gives the same bytes) and
-    return its index entry (not yet written): key, sha256, size, tree digest, file count."""
-    entries = tree(cache_dir)
+    return its index entry (not yet written): key, sha256, size, tree digest, file count. entries: tree(cache_dir)
+    when the caller has it already (each file is hashed once)."""
+    entries = tree(cache_dir) if entries is None else entries
     manifest = {"key": key, "key_id": key_id(key), "files": entries}
     art_dir = os.path.join(root, "artifacts")
     os.makedirs(art_dir, exist_ok=True)
@@ -273,6 +274,25 @@ def extract(path, key, staging, max_bytes):
     except Refused:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def install(artifact, index, key, cache, max_bytes, ids=None):
+    """Unpack the artefact the index names into the key's cache directory: checked (the index's key, the
+    artefact's size and sha256, then extract's checks) into a temporary directory beside it, owned by
+    ids=(uid, gid) when given, then renamed into place over an empty one. Returns the number of files; raises
+    Refused."""
+    check_index(index, key)
+    verify_artifact(artifact, index)
+    staging = os.path.join(os.path.dirname(cache), ".%s.incoming-%d" % (os.path.basename(cache), os.getpid()))
+    shutil.rmtree(staging, ignore_errors=True)
+    files = extract(artifact, key, staging, max_bytes)
+    if ids:
+        chown_tree(staging, *ids)
+    os.chmod(staging, 0o755)
+    if os.path.isdir(cache):
+        os.rmdir(cache)  # empty (a non-empty one is used as it is)
+    os.rename(staging, cache)
+    return files
 
 
 def chown_tree(root, uid, gid):

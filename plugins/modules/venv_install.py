@@ -47,19 +47,6 @@ options:
   ssh_host:
     description: Source host for O(transfer=ssh).
     type: str
-  ssh_user:
-    description: User on the source host.
-    type: str
-    default: ddtree
-  ssh_identity:
-    description: Private key of the local user that connects.
-    type: path
-    default: /var/lib/ddtree/.ssh/id_ed25519
-  ssh_options:
-    description: Extra ssh options (C(-o Key=Value) pairs as separate list items).
-    type: list
-    elements: str
-    default: []
   artifact_dir:
     description: Directory of the artifacts on the source host.
     type: path
@@ -89,6 +76,8 @@ attributes:
   diff_mode:
     support: full
     description: Shows the symlink target before and after.
+extends_documentation_fragment:
+  - ddtree.fleet.peer_ssh
 author:
   - ddtree.fleet developers (@ddtree)
 """
@@ -142,6 +131,7 @@ import shutil
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.ddtree.fleet.plugins.module_utils import peer_ssh
 from ansible_collections.ddtree.fleet.plugins.module_utils import venv_artifact as va
 from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, atomic_write, nearest_existing, require_tools, safe_relpath
 from ansible_collections.ddtree.fleet.plugins.module_utils.fs import switch_link, write_progress
@@ -186,9 +176,7 @@ class Installer:
 
     # source ------------------------------------------------------------
     def ssh_argv(self, *remote):
-        p = self.p
-        return (["ssh", "-o", "BatchMode=yes", "-i", p["ssh_identity"], "-l", p["ssh_user"]] + p["ssh_options"]
-                + [p["ssh_host"], "--"] + list(remote))
+        return peer_ssh.ssh_argv(self.p, self.p["ssh_host"], remote)
 
     def read_manifest(self):
         aid = self.p["artifact_id"]
@@ -349,15 +337,13 @@ def main():
             artifact_bytes=dict(type="int", default=0),
             transfer=dict(type="str", choices=["ssh", "file"], default="ssh"),
             ssh_host=dict(type="str"),
-            ssh_user=dict(type="str", default="ddtree"),
-            ssh_identity=dict(type="path", default="/var/lib/ddtree/.ssh/id_ed25519"),
-            ssh_options=dict(type="list", elements="str", default=[]),
             artifact_dir=dict(type="path", default="/var/cache/ddtree/venv-artifacts"),
             artifact_file=dict(type="path"),
             manifest_file=dict(type="path"),
             import_check=dict(type="list", elements="str", default=[]),
             keep=dict(type="int", default=3),
             progress_file=dict(type="path"),
+            **peer_ssh.ARGUMENT_SPEC
         ),
         supports_check_mode=True,
     )

@@ -28,6 +28,8 @@ description:
     reason, and the server compiles as it would have.
   - C(state=pack) packs the key's cache directory when its content differs from the artefact on record, writes
     the index, and prunes keys beyond O(keep).
+extends_documentation_fragment:
+  - ddtree.fleet.peer_ssh
 author:
   - ddtree.fleet developers (@ddtree)
 options:
@@ -71,19 +73,6 @@ options:
   peer_root:
     description: The store's path on the sources (default O(root)).
     type: path
-  ssh_user:
-    description: User on the sources (the base role's host-to-host trust).
-    type: str
-    default: ddtree
-  ssh_identity:
-    description: Private key for the sources.
-    type: path
-    default: /var/lib/ddtree/.ssh/id_ed25519
-  ssh_options:
-    description: Extra ssh options (C(-o Key=Value) pairs as separate list items).
-    type: list
-    elements: str
-    default: []
   connect_timeout:
     description: Seconds each source gets to answer.
     type: int
@@ -205,11 +194,11 @@ import grp
 import json
 import os
 import pwd
-import shutil
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ddtree.fleet.plugins.module_utils import peer_ssh
 from ansible_collections.ddtree.fleet.plugins.module_utils import warm_cache as wc
 
 
@@ -258,9 +247,7 @@ class Warm(object):
         return key
 
     def ssh(self, address, *remote):
-        p = self.p
-        return (["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % p["connect_timeout"], "-i", p["ssh_identity"],
-                 "-l", p["ssh_user"]] + p["ssh_options"] + [address, "--"] + list(remote))
+        return peer_ssh.ssh_argv(self.p, address, remote, connect_timeout=self.p["connect_timeout"])
 
     def fetch(self, src, kid, key, incoming):
         """The artefact of key from src into incoming; returns its index. Raises wc.Refused."""
@@ -272,24 +259,10 @@ class Warm(object):
             index = json.loads(out)
         except ValueError:
             raise wc.Refused("its index is not JSON")
-        wc.check_index(index, key)
+        wc.check_index(index, key)  # before the transfer: an index for another key costs no artefact
         wc.fetch_to(self.ssh(src["address"], "cat", os.path.join(peer_root, "artifacts", index["sha256"] + ".tar.gz")),
                     incoming, self.p["transfer_timeout"])
-        wc.verify_artifact(incoming, index)
         return index
-
-    def install(self, artifact, index, key, cache):
-        """Unpack artifact into cache (through a temporary directory renamed into place)."""
-        staging = os.path.join(self.root, "caches", ".%s.incoming-%d" % (index["key_id"], os.getpid()))
-        shutil.rmtree(staging, ignore_errors=True)
-        files = wc.extract(artifact, key, staging, self.p["max_bytes"])
-        uid, gid = self.ids()
-        wc.chown_tree(staging, uid, gid)
-        os.chmod(staging, 0o755)
-        if os.path.isdir(cache):
-            os.rmdir(cache)  # empty (a non-empty one is used as it is)
-        os.rename(staging, cache)
-        return files
 
     def make_dir(self, cache):
         """The key's (empty) cache directory for a cold start, owned by the service user."""
@@ -324,9 +297,7 @@ class Warm(object):
             index = wc.read_index(self.root, kid)
             art = os.path.join(self.root, "artifacts", index["sha256"] + ".tar.gz")
             try:
-                wc.check_index(index, key)
-                wc.verify_artifact(art, index)
-                files = self.install(art, index, key, cache)
+                files = wc.install(art, index, key, cache, self.p["max_bytes"], self.ids())
                 res.update(source="this host", cache_files=files)
                 self.m.exit_json(changed=True, warm=True, verdict="warm (%s, from the store on this host, %d files)" % (ident, files),
                                  seconds=round(time.time() - start, 1), **res)
@@ -340,7 +311,7 @@ class Warm(object):
             incoming = os.path.join(self.root, "artifacts", ".incoming-%d.tar.gz" % os.getpid())
             try:
                 index = self.fetch(src, kid, key, incoming)
-                files = self.install(incoming, index, key, cache)
+                files = wc.install(incoming, index, key, cache, self.p["max_bytes"], self.ids())
             except wc.Refused as exc:
                 reasons.append("%s: %s" % (src.get("name") or src["address"], exc))
                 res["tried"].append(reasons[-1])
@@ -368,14 +339,15 @@ class Warm(object):
         if res["cache_files"] == 0:
             self.m.exit_json(changed=False, artifact=None, removed=[], msg="nothing to pack: %s is empty" % cache, **res)
         index = wc.read_index(self.root, kid)
-        current = wc.tree_digest(wc.tree(cache))
+        entries = wc.tree(cache)
+        current = wc.tree_digest(entries)
         art = os.path.join(self.root, "artifacts", "%s.tar.gz" % (index or {}).get("sha256"))
         # the artefact on record is served to peers as it is: one that no longer matches its index is packed again
         if index and index.get("tree") == current and res["held"] and wc.sha256_file(art) == index.get("sha256"):
             self.m.exit_json(changed=False, artifact=index, removed=[], **res)
         if self.m.check_mode:
             self.m.exit_json(changed=True, artifact=None, removed=[], **res)
-        packed = wc.pack(self.root, cache, key)
+        packed = wc.pack(self.root, cache, key, entries)
         packed.update(packed_at=wc.now(), packed_by=self.p["host"])
         wc.write_index(self.root, packed)
         removed = wc.prune(self.root, self.p["keep"], kid)
@@ -395,9 +367,6 @@ def main():
             key=dict(type="dict", no_log=False),
             sources=dict(type="list", elements="dict", default=[]),
             peer_root=dict(type="path"),
-            ssh_user=dict(type="str", default="ddtree"),
-            ssh_identity=dict(type="path", default="/var/lib/ddtree/.ssh/id_ed25519"),
-            ssh_options=dict(type="list", elements="str", default=[]),
             connect_timeout=dict(type="int", default=10),
             transfer_timeout=dict(type="int", default=1800),
             max_bytes=dict(type="int", default=100 * 2 ** 30),
@@ -405,6 +374,7 @@ def main():
             group=dict(type="str", default="ddtree"),
             keep=dict(type="int", default=3),
             host=dict(type="str", default=""),
+            **peer_ssh.ARGUMENT_SPEC
         ),
         required_if=[("state", "key", ["venv"]), ("state", "restore", ["key"]), ("state", "pack", ["key"])],
         supports_check_mode=True,

@@ -112,11 +112,7 @@ def main():
         shutil.rmtree(cache)
         art = os.path.join(store, "artifacts", index["sha256"] + ".tar.gz")
         t0 = time.time()
-        wc.check_index(index, key)
-        wc.verify_artifact(art, index)
-        staging = cache + ".incoming"
-        files = wc.extract(art, key, staging, 100 * 2 ** 30)
-        os.rename(staging, cache)
+        files = wc.install(art, index, key, cache, 100 * 2 ** 30)
         restore_s = time.time() - t0
         warm = run_workload(cache, script)
         same = cold["sums"] == warm["sums"]
