@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.ddtree.fleet.plugins.module_utils import fanout
 from ansible_collections.ddtree.fleet.plugins.module_utils.fleet import address, hv_get as _get, is_ip, keep_unreached, records, url_host
 
 # The comment that names the host on each authorized_keys line the base role manages.
@@ -103,25 +104,35 @@ def peer_allow(clients, hostvars, extra=None):
 
 
 def warm_sources(me, hostvars, play_hosts, groups, key_id, extra=None, outside=True, limit=4):
-    """Where a host looks for a warm-start artefact of key_id (ddtree.fleet.warm_cache), in order: the play's
-    hosts that hold one for the same key (their __ddtree_service_warm, from the key step), the extra hosts,
-    then (outside) the other hosts of me's inventory groups that are not in the play, by name: a --limit run
-    of a replaced host still finds its old peers. At most limit, each {name, address}."""
-    play = [h for h in play_hosts or [] if h != me]
+    """Where a host looks for a warm-start artefact of key_id (ddtree.fleet.warm_cache), in order: its chain in
+    the fan-out tree (module_utils/fanout.py) over the play's hosts of the same key - its parent (a host that
+    restores in this run too, marked wait: true: the module waits while that one fetches), the parent's
+    parent, ..., then the hosts that hold one (their __ddtree_service_warm, from the key step) - then the extra
+    hosts, then (outside) the other hosts of me's inventory groups that are not in the play, by name: a --limit
+    run of a replaced host still finds its old peers. Each {name, address, wait}; at most limit of them that
+    hold an artefact already (the parents come on top)."""
+    play = [h for h in play_hosts or [] if h in hostvars]
     warm = dict((h, _get(hostvars.get(h, {}), "__ddtree_service_warm", {}) or {}) for h in play)
-    order = [h for h in play if warm[h].get("key_id") == key_id and warm[h].get("held")]
-    order += [h for h in extra or [] if h != me]
+    same = [h for h in play if warm[h].get("key_id") == key_id]
+    holders = [h for h in same if warm[h].get("held")]
+    parents = [h for h in fanout.chain(me, holders, [h for h in same if h not in holders]) if h not in holders]
+    order = [h for h in holders if h != me] + [h for h in extra or [] if h != me]
     if outside:
         mine = [g for g, hosts in (groups or {}).items() if g not in ("all", "ungrouped") and me in (hosts or [])]
         near = set(h for g in mine for h in groups[g] or [])
         order += sorted(h for h in near if h != me and h not in play_hosts)
-    out, seen = [], set()
+    if me in holders:
+        parents = []
+    else:  # the holders in the order of me's chain: its own branch's first
+        chain = fanout.chain(me, holders, [h for h in same if h not in holders])
+        order = [h for h in chain if h in holders] + [h for h in order if h not in chain]
+    out, seen = [], set([me])
     for h in order:
         if h in seen or h not in hostvars:
             continue
         seen.add(h)
-        out.append({"name": h, "address": address(hostvars[h])})
-    return out[:int(limit)]
+        out.append({"name": h, "address": address(hostvars[h]), "wait": False})
+    return [{"name": h, "address": address(hostvars[h]), "wait": True} for h in parents] + out[:int(limit)]
 
 
 class FilterModule:

@@ -9,6 +9,7 @@ __metaclass__ = type
 
 import json
 import os
+import stat
 
 
 def nearest_existing(path):
@@ -25,7 +26,10 @@ def nearest_existing(path):
 def atomic_write(path, data, mode=0o644):
     """Write text or bytes to path so readers see the old file or the new one, never a partial one."""
     tmp = "%s.tmp-%d" % (path, os.getpid())
-    with open(tmp, "wb" if isinstance(data, bytes) else "w") as f:
+    if os.path.lexists(tmp):
+        os.unlink(tmp)  # a killed run's, or a link someone planted: never written through
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -115,3 +119,34 @@ def inside(root, name, what="a file name"):
     if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
         raise UnsafePath("%s %r leads out of %s (to %s, through a symbolic link)" % (what, name, root, real))
     return path
+
+
+def _ancestors(path):
+    """path and every directory above it, deepest first."""
+    out = [path]
+    while os.path.dirname(out[-1]) != out[-1]:
+        out.append(os.path.dirname(out[-1]))
+    return out
+
+
+def root_only(path, what="the directory"):
+    """The real path of the directory `path` when nobody but root can change it or any directory above it: each
+    is owned by root and writable by no one else (a group-writable one only for group root; a sticky directory
+    such as /tmp only above the last one), and a symbolic link on the way is root's, in such a directory. Else
+    UnsafePath naming the directory, its owner and mode, and the fix. A directory that does not exist yet is
+    judged by its nearest existing parent (root creates the rest). Root follows no link and takes no path in a
+    tree this holds for: no other user can plant or swap one."""
+    lexical = nearest_existing(path)
+    for chain in (_ancestors(lexical), _ancestors(os.path.realpath(lexical))):
+        for n, d in enumerate(chain):
+            st = os.lstat(d)
+            if stat.S_ISLNK(st.st_mode) and st.st_uid == 0:
+                continue  # root's link in a directory checked below; its target is the real chain's
+            sticky_ok = n > 0 and st.st_mode & stat.S_ISVTX
+            writable = st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and st.st_gid != 0)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or (writable and not sticky_ok):
+                raise UnsafePath("%s %s: %s is owned by uid %d (gid %d, mode %04o), so a user other than root can "
+                                 "change what is there while root works in it; make it a directory of root's that "
+                                 "only root can write (chown root:root %s && chmod go-w %s; the base role does so "
+                                 "for the prefix)" % (what, path, d, st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode), d, d))
+    return os.path.realpath(path)

@@ -13,14 +13,29 @@ import hashlib
 import json
 import os
 import platform
+import re
 import stat
 import subprocess
+import threading
 import time
 
+from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, safe_relpath
 from ansible_collections.ddtree.fleet.plugins.module_utils.versions import version_tuple
 
 MANIFEST_VERSION = 1
 CHUNK = 1 << 20
+# A manifest is read whole only below this size: a serving venv with torch and CUDA wheels (about 40,000
+# files) has a manifest of about 8 MB.
+MANIFEST_MAX_BYTES = 64 << 20
+ID = re.compile(r"^[0-9a-f]{16}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_MODE = re.compile(r"^[0-7]{4}$")
+_VERSION = re.compile(r"^[0-9]+(\.[0-9]+){1,3}$")
+_TOKEN = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
+
+
+class BadManifest(ValueError):
+    """A manifest (from the source host or a file) of the wrong type, form or size: the message names the field."""
 
 
 def read_pyvenv_cfg(venv):
@@ -73,18 +88,43 @@ def walk(venv):
     return sorted(out, key=lambda x: x[0])
 
 
-def fingerprint(venv):
+def not_roots(walked, limit=5):
+    """Entries of a walk that a user other than root could change (owner not root, or writable by others or by a
+    group other than root's); links are judged by their directory."""
+    out = []
+    for rel, st in walked:
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        if st.st_uid != 0 or st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and st.st_gid != 0):
+            out.append("%s (uid %d, gid %d, mode %04o)" % (rel, st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)))
+            if len(out) >= limit:
+                break
+    return out
+
+
+def fingerprint(venv, walked=None):
     """Cheap change detector: paths, sizes, mtimes, modes and link targets (no file reads)."""
     h = hashlib.sha256()
-    for rel, st in walk(venv):
+    for rel, st in (walk(venv) if walked is None else walked):
         link = os.readlink(os.path.join(venv, rel)) if stat.S_ISLNK(st.st_mode) else ""
         h.update(("%s\0%o\0%d\0%d\0%s\n" % (rel, st.st_mode, st.st_size, st.st_mtime_ns, link)).encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
+def sha256_file(path, expect=None):
+    """sha256 of the file at path. With expect (the lstat the walk saw), the file is opened without following a
+    link and must be that very file (device, inode, size, mtime): else UnsafePath, nothing more is read."""
+    if expect is None:
+        fd = os.open(path, os.O_RDONLY)
+    else:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        if expect is not None:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != (
+                    expect.st_dev, expect.st_ino, expect.st_size, expect.st_mtime_ns):
+                raise UnsafePath("%s changed between the walk and its read (replaced or written meanwhile)" % path)
+        h = hashlib.sha256()
         for block in iter(lambda: f.read(CHUNK), b""):
             h.update(block)
     return h.hexdigest()
@@ -100,7 +140,8 @@ def file_entries(venv):
         elif stat.S_ISDIR(st.st_mode):
             entries.append({"path": rel, "type": "dir", "mode": "%04o" % mode})
         elif stat.S_ISREG(st.st_mode):
-            entries.append({"path": rel, "type": "file", "size": st.st_size, "mode": "%04o" % mode, "sha256": sha256_file(p)})
+            entries.append({"path": rel, "type": "file", "size": st.st_size, "mode": "%04o" % mode,
+                            "sha256": sha256_file(p, expect=st)})
     return entries
 
 
@@ -124,6 +165,154 @@ def build_manifest(venv, packages):
 
 def manifest_id(manifest):
     return hashlib.sha256(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def _need(cond, where, field, value, want):
+    if not cond:
+        raise BadManifest("%s: %s is %s, not %s" % (where, field, _show(value), want))
+
+
+def _show(value):
+    text = json.dumps(value) if isinstance(value, (dict, list, str, int, float, bool, type(None))) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _abs_path(value):
+    return (isinstance(value, str) and value.startswith("/") and os.path.normpath(value) == value
+            and not any(ord(c) < 32 or ord(c) == 127 for c in value))
+
+
+def check_manifest(manifest, where="the manifest"):
+    """manifest when every field has the type and form this module uses it with; else BadManifest naming the
+    field. Paths are safe relative names, unique; modes plain permission bits (no setuid, setgid, sticky, world
+    write); sizes and counts agree. Nothing from the manifest is used before this passes."""
+    _need(isinstance(manifest, dict), where, "the document", manifest, "a JSON object")
+    _need(manifest.get("manifest_version") == MANIFEST_VERSION, where, "manifest_version",
+          manifest.get("manifest_version"), MANIFEST_VERSION)
+    _need(_abs_path(manifest.get("venv_path")) and manifest.get("venv_path") != "/", where, "venv_path",
+          manifest.get("venv_path"), "a normalised absolute path")
+    py = manifest.get("python")
+    _need(isinstance(py, dict), where, "python", py, "an object")
+    _need(isinstance(py.get("version"), str) and _VERSION.match(py["version"]), where, "python.version", py.get("version"),
+          "a version such as 3.11.2")
+    base = py.get("base_interpreter")
+    _need(_abs_path(base) and re.match(r"^python[0-9.]*$", os.path.basename(base)), where, "python.base_interpreter",
+          base, "an absolute path to a python interpreter")
+    plat = manifest.get("platform")
+    _need(isinstance(plat, dict), where, "platform", plat, "an object")
+    _need(isinstance(plat.get("machine"), str) and _TOKEN.match(plat["machine"]), where, "platform.machine",
+          plat.get("machine"), "a machine name such as x86_64")
+    _need(plat.get("glibc") is None or (isinstance(plat["glibc"], str) and _VERSION.match(plat["glibc"])), where,
+          "platform.glibc", plat.get("glibc"), "null or a version such as 2.36")
+    pkgs = manifest.get("packages")
+    _need(isinstance(pkgs, list) and all(isinstance(x, str) for x in pkgs), where, "packages", pkgs, "a list of strings")
+    _need(manifest.get("sglang_version") is None or isinstance(manifest["sglang_version"], str), where, "sglang_version",
+          manifest.get("sglang_version"), "null or a string")
+    files = manifest.get("files")
+    _need(isinstance(files, list), where, "files", files, "a list")
+    seen, total, count = set(), 0, 0
+    for n, f in enumerate(files):
+        at = "files[%d]" % n
+        _need(isinstance(f, dict), where, at, f, "an object")
+        try:
+            rel = safe_relpath(f.get("path"), "%s: %s.path" % (where, at))
+        except UnsafePath as e:
+            raise BadManifest(str(e))
+        _need(rel not in seen, where, at + ".path", rel, "a path listed once")
+        seen.add(rel)
+        kind = f.get("type")
+        _need(kind in ("file", "dir", "link"), where, at + ".type", kind, "file, dir or link")
+        if kind == "link":
+            target = f.get("target")
+            _need(isinstance(target, str) and target and not any(ord(c) < 32 or ord(c) == 127 for c in target), where,
+                  at + ".target", target, "a link target")
+            continue
+        mode = f.get("mode")
+        _need(isinstance(mode, str) and _MODE.match(mode) and not int(mode, 8) & 0o7002, where, at + ".mode", mode,
+              "permission bits without setuid, setgid, sticky or world write (chmod them on the source and rebuild)")
+        if kind == "file":
+            _need(_is_int(f.get("size")), where, at + ".size", f.get("size"), "a size in bytes")
+            _need(isinstance(f.get("sha256"), str) and _SHA256.match(f["sha256"]), where, at + ".sha256", f.get("sha256"),
+                  "64 hex digits")
+            total += f["size"]
+            count += 1
+    _need(_is_int(manifest.get("total_size")) and manifest["total_size"] == total, where, "total_size",
+          manifest.get("total_size"), "the sum of the file sizes (%d)" % total)
+    _need(_is_int(manifest.get("file_count")) and manifest["file_count"] == count, where, "file_count",
+          manifest.get("file_count"), "the number of files (%d)" % count)
+    return manifest
+
+
+def parse_manifest(data, where="the manifest"):
+    """The checked manifest from its bytes (at most MANIFEST_MAX_BYTES); BadManifest when they are not one."""
+    if len(data) > MANIFEST_MAX_BYTES:
+        raise BadManifest("%s is larger than %d bytes: not a manifest of this collection" % (where, MANIFEST_MAX_BYTES))
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise BadManifest("%s is not JSON: %s" % (where, e))
+    return check_manifest(doc, where)
+
+
+def read_file_capped(path, limit=MANIFEST_MAX_BYTES):
+    """The bytes of the regular file at path, its size checked before it is read (None when larger than limit)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        data = f.read(limit + 1)
+    return data if len(data) <= limit else None
+
+
+def run_capped(argv, limit=MANIFEST_MAX_BYTES, timeout=600):
+    """(rc, stdout bytes, stderr text) of argv, reading at most limit + 1 bytes of its stdout: past that the
+    process is killed and stdout is None (nothing more is read or kept). stderr is kept to its last 64 KiB."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err = []
+
+    def drain():
+        while True:
+            block = proc.stderr.read(65536)
+            if not block:
+                break
+            err.append(block)
+            del err[:-2]
+
+    reader = threading.Thread(target=drain)
+    reader.daemon = True
+    reader.start()
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    out, size = [], 0
+    try:
+        while size <= limit:
+            block = proc.stdout.read(min(CHUNK, limit + 1 - size))
+            if not block:
+                break
+            out.append(block)
+            size += len(block)
+        if size > limit:
+            proc.kill()
+    finally:
+        proc.stdout.close()
+        rc = proc.wait()
+        timer.cancel()
+        reader.join(10)
+    return rc, (None if size > limit else b"".join(out)), b"".join(err).decode("utf-8", "replace")[-65536:]
+
+
+def stream_limits(manifest, artifact_bytes=0):
+    """(compressed, unpacked) byte limits for an artifact of manifest: the compressed stream may not exceed
+    artifact_bytes when known (the source's module measured it), the tar no more than the files plus the
+    headers and padding tar adds (3 KiB per entry is more than a long name and a pax header take)."""
+    unpacked = manifest["total_size"] + 3072 * (len(manifest["files"]) + 2) + (1 << 20)
+    compressed = artifact_bytes if artifact_bytes and artifact_bytes > 0 else unpacked + unpacked // 64 + (1 << 20)
+    return compressed, unpacked
 
 
 def summary(manifest):
@@ -163,6 +352,29 @@ def verify_tree(root, manifest):
     return problems
 
 
+def outside_members(staging, unpacked, limit=5):
+    """What an archive unpacked into staging beside the venv's own path (an absolute or stray member lands
+    there): every entry must be a directory on the way to unpacked, or under it."""
+    on_the_way = set()
+    d = os.path.dirname(unpacked)
+    while d != staging and d.startswith(staging + "/"):
+        on_the_way.add(d)
+        d = os.path.dirname(d)
+    out = []
+    for root, dirs, files in os.walk(staging):
+        keep = []
+        for name in dirs + files:
+            p = os.path.join(root, name)
+            if p in on_the_way and name in dirs and not os.path.islink(p):
+                keep.append(name)
+            elif p != unpacked or os.path.islink(p):
+                out.append(os.path.relpath(p, staging))
+                if len(out) >= limit:
+                    return out
+        dirs[:] = [n for n in dirs if n in keep]
+    return out
+
+
 def preflight(manifest, target):
     """Why the venv cannot run on the target. target: {base_interpreter_version, machine, glibc,
     free_bytes} as read on the target (base_interpreter_version None when it is missing)."""
@@ -199,32 +411,80 @@ def write_tar_zst(venv, dest, level):
         return t.wait(), z.wait()
 
 
-def stream_unpack(source_argv, staging, progress=None, interval=1.0):
+def stream_unpack(source_argv, staging, progress=None, interval=1.0, limits=None):
     """source_argv's stdout (a tar.zst) -> zstd -d -> tar -x into staging, counting bytes and
-    calling progress(bytes, seconds, finished) about every interval seconds.
-    Returns (bytes, seconds, (source rc, zstd rc, tar rc), source stderr)."""
-    src = subprocess.Popen(source_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    calling progress(bytes, seconds, finished) about every interval seconds. limits: (compressed, unpacked)
+    bytes at most (stream_limits); past either, the transfer stops and err says so.
+    tar runs as root but gives every file to root (--no-same-owner): no owner from the source lands here.
+    Returns (bytes, seconds, (source rc, zstd rc, tar rc), source stderr or the reason it stopped)."""
+    climit, ulimit = limits or (None, None)
+    src = subprocess.Popen(source_argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     unz = subprocess.Popen(["zstd", "-q", "-d", "-c"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    tar = subprocess.Popen(["tar", "-x", "-p", "--numeric-owner", "-C", staging], stdin=unz.stdout)
-    unz.stdout.close()
+    tar = subprocess.Popen(["tar", "-x", "-p", "--no-same-owner", "--numeric-owner", "-C", staging], stdin=subprocess.PIPE)
+    over = []
+    err_blocks = []
+
+    def drain():
+        for block in iter(lambda: src.stderr.read(65536), b""):
+            err_blocks.append(block)
+            del err_blocks[:-2]
+
+    def pump():  # zstd -> tar, counting what tar gets
+        unpacked = 0
+        try:
+            for block in iter(lambda: unz.stdout.read(CHUNK), b""):
+                unpacked += len(block)
+                if ulimit is not None and unpacked > ulimit:
+                    over.append("the artifact unpacks to more than %s bytes, more than its manifest lists" % ulimit)
+                    break
+                tar.stdin.write(block)
+        except (BrokenPipeError, ValueError):
+            pass
+        finally:
+            unz.stdout.close()  # zstd stops too when tar stopped early
+            try:
+                tar.stdin.close()
+            except BrokenPipeError:
+                pass
+            if over:
+                for p in (src, unz, tar):
+                    p.kill()
+
+    threads = [threading.Thread(target=drain), threading.Thread(target=pump)]
+    for t in threads:
+        t.daemon = True
+        t.start()
     done, start, last = 0, time.time(), 0.0
     try:
-        while True:
+        while not over:
             block = src.stdout.read(CHUNK)
             if not block:
                 break
-            unz.stdin.write(block)
             done += len(block)
+            if climit is not None and done > climit:
+                over.append("the source sent more than %s bytes, more than the artifact's size" % climit)
+                for p in (src, unz, tar):
+                    p.kill()
+                break
+            unz.stdin.write(block)
             now = time.time()
             if progress and now - last >= interval:
                 progress(done, now - start, False)
                 last = now
-    except BrokenPipeError:
+    except (BrokenPipeError, ValueError):
         pass
     finally:
-        unz.stdin.close()
+        try:
+            unz.stdin.close()
+        except BrokenPipeError:
+            pass
+        src.stdout.close()
     rcs = (src.wait(), unz.wait(), tar.wait())
-    err = src.stderr.read().decode("utf-8", "replace").strip()
+    for t in threads:
+        t.join(10)
+    err = over[0] if over else b"".join(err_blocks).decode("utf-8", "replace").strip()[-4096:]
+    if over and not any(rcs):
+        rcs = (1, 0, 0)
     if progress:
         progress(done, time.time() - start, True)
     return done, time.time() - start, rcs, err

@@ -23,6 +23,10 @@ description:
     at O(dest) is kept as C(<dest>.previous).
   - An interrupted run leaves C(<dest>.partial); the next run keeps its verified files and resumes
     the partial ones.
+  - The directory above O(dest) (and every one above it) must be root's and writable only by root, or the
+    task refuses before it writes (root renames and writes there). Peers are sources of bytes only; names
+    come from the hub's listing or the pinned manifest, and every file from a peer is checked against its
+    checksum.
   - The token reaches aria2c in a 0600 input file, never in argv, and only for URLs on the endpoint's
     origin. A redirect to another host (the hub's CDN) is resolved first and downloaded without it.
     Peers never get it.
@@ -163,6 +167,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddtree.fleet.plugins.module_utils import hub
 from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, atomic_write, inside, nearest_existing, require_tools, write_progress
+from ansible_collections.ddtree.fleet.plugins.module_utils.fs import root_only
 
 MANIFEST = ".ddtree-manifest.json"
 
@@ -350,6 +355,10 @@ class Fetch:
         if self.published_ok(manifest):
             return result
         result["changed"] = result["needed"] = True
+        try:  # root writes the staging copy, renames it and the previous one here: no one else may plant a link
+            root_only(os.path.dirname(self.dest), "the models directory")
+        except UnsafePath as e:
+            self.m.fail_json(msg="%s: %s; nothing was downloaded or published" % (manifest["repo_id"], e), **result)
         if self.m.check_mode:
             return result
         require_tools(self.m, "aria2c")

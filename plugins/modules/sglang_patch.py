@@ -104,7 +104,7 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddtree.fleet.plugins.module_utils import sglang_patch as sp
-from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, atomic_write, inside
+from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, atomic_write, inside, root_only
 
 STAMP = sp.STAMP
 ORIG = ".ddtree/sglang-patch-orig"
@@ -121,6 +121,21 @@ def installed_sglang(venv):
         except OSError:
             continue
     return None, None
+
+
+def check_stamp(stamp):
+    """The stamp when its fields have the types the module uses; else ValueError naming the field."""
+    if not isinstance(stamp, dict):
+        raise ValueError("it is not a JSON object")
+    files = stamp.get("files", {})
+    if not isinstance(files, dict):
+        raise ValueError("its files field is not an object")
+    for q, info in files.items():
+        if not isinstance(info, dict) or not all(isinstance(info.get(k), str) for k in ("before", "after")):
+            raise ValueError("its entry for %r is not {before, after}" % q)
+    if not isinstance(stamp.get("patches", []), list):
+        raise ValueError("its patches field is not a list")
+    return stamp
 
 
 def read(path):
@@ -148,10 +163,19 @@ def main():
         module.fail_json(msg="no sglang installed in %s (no sglang-*.dist-info under lib/python*/site-packages): "
                              "install the serving venv first (venv_stream role)" % p["venv"])
     stamp_path, orig_dir = os.path.join(venv, STAMP), os.path.join(venv, ORIG)
+    try:  # root reads, writes and replaces files here: no one else may be able to plant a link on the way
+        root_only(site, "site-packages of the venv")
+        root_only(os.path.dirname(stamp_path), "the venv's stamp directory")
+    except UnsafePath as e:
+        module.fail_json(msg="%s; nothing was changed" % e)
     stamp = None
-    if os.path.exists(stamp_path):
-        with open(stamp_path) as f:
-            stamp = json.load(f)
+    if os.path.lexists(stamp_path):
+        try:
+            with open(stamp_path) as f:
+                stamp = check_stamp(json.load(f))
+        except (OSError, ValueError) as e:
+            module.fail_json(msg="the stamp %s cannot be used: %s; reinstall the venv (venv_stream), then run again; "
+                                 "nothing was changed" % (stamp_path, e))
     series = p["series"] or {}
     patches = series.get("patches") or []
     present = p["state"] == "present"
@@ -175,6 +199,8 @@ def main():
         for q in sorted(paths):  # names from the series and the stamp stay inside site-packages
             try:
                 inside(site, q, "a file the patch series names")
+                root_only(os.path.dirname(os.path.join(site, q)), "the directory of %s" % q)
+                root_only(os.path.dirname(os.path.join(orig_dir, q)), "the directory of the saved original of %s" % q)
             except UnsafePath as e:
                 raise sp.PatchError("%s; fix the series (sglang_patch_series_dir) - nothing was changed" % e)
         current = dict((q, read(os.path.join(site, q))) for q in paths)

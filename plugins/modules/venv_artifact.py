@@ -16,6 +16,9 @@ description:
   - Makes C(<artifact_dir>/<id>.tar.zst) and C(<id>.manifest.json) from a venv. The manifest lists
     every file with size, mode and sha256, the Python version and base interpreter, the platform
     (machine, glibc), the installed packages and the sglang version; the id is the hash of the manifest.
+  - The venv, every entry in it and O(artifact_dir) must be root's and writable only by root (root runs the
+    venv's python and ships its files); files are opened without following links and must be the files the
+    walk saw.
   - A cheap fingerprint (paths, sizes, mtimes) of the venv is remembered; while it is unchanged the
     existing artifact is returned without reading a file. Otherwise every file is hashed, and the tar
     is built only if no artifact with that id exists yet.
@@ -87,18 +90,22 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddtree.fleet.plugins.module_utils import venv_artifact as va
-from ansible_collections.ddtree.fleet.plugins.module_utils.fs import atomic_write, require_tools
+from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, atomic_write, require_tools, root_only
 
 PACKAGES = ("import importlib.metadata as m, json; "
             "print(json.dumps(sorted(set('%s==%s' % (d.metadata['Name'], d.version) for d in m.distributions()))))")
 
 
 def load_index(path):
+    """{fingerprint: artifact id}; entries of another form are dropped (an id becomes a file name)."""
     try:
         with open(path) as f:
-            return json.load(f)
+            index = json.load(f)
     except (OSError, ValueError):
         return {}
+    if not isinstance(index, dict):
+        return {}
+    return dict((k, v) for k, v in index.items() if isinstance(v, str) and va.ID.match(v))
 
 
 def prune(artifact_dir, keep, current):
@@ -138,7 +145,18 @@ def main():
     if not os.path.exists(python):
         module.fail_json(msg="%s: bin/python is missing or its base interpreter is gone: rebuild the venv" % venv)
 
-    fp = va.fingerprint(venv)
+    try:  # root runs the venv's python and reads its files: nobody else may be able to change them
+        root_only(venv, "the venv")
+        root_only(adir, "the artifact directory")
+    except UnsafePath as e:
+        module.fail_json(msg="%s; nothing was built" % e)
+    walked = va.walk(venv)
+    foreign = va.not_roots(walked)
+    if foreign:
+        module.fail_json(msg="the venv %s holds entries a user other than root can change: %s; root would run and ship "
+                             "them. Build the serving venv as root (chown -R root:root %s && chmod -R go-w %s); nothing "
+                             "was built" % (venv, ", ".join(foreign), venv, venv))
+    fp = va.fingerprint(venv, walked)
     index_path = os.path.join(adir, "index.json")
     index = load_index(index_path)
 
@@ -148,15 +166,24 @@ def main():
     known = index.get(fp)
     if known and all(os.path.exists(p) for p in paths(known)):
         tar, man = paths(known)
-        with open(man) as f:
-            manifest = json.load(f)
+        try:
+            manifest = va.parse_manifest(va.read_file_capped(man) or b"", man)
+        except (OSError, va.BadManifest) as e:
+            module.fail_json(msg="%s: %s; remove it (and %s) and run again" % (man, e, tar))
         module.exit_json(changed=False, id=known, artifact=tar, artifact_bytes=os.path.getsize(tar),
                          manifest_path=man, manifest=va.summary(manifest), reused=True)
 
     rc, out, err = module.run_command([python, "-c", PACKAGES], environ_update={"LC_ALL": "C"})
     if rc != 0:
         module.fail_json(msg="%s cannot list its packages: %s" % (python, err.strip()))
-    manifest = va.build_manifest(venv, json.loads(out))
+    try:
+        manifest = va.build_manifest(venv, json.loads(out))
+    except UnsafePath as e:
+        module.fail_json(msg="the venv %s changed while it was read: %s; run again when nothing writes to it" % (venv, e))
+    try:  # what every target will check, checked here first
+        va.check_manifest(manifest, "the manifest of %s" % venv)
+    except va.BadManifest as e:
+        module.fail_json(msg="%s; targets would refuse it: fix the venv and run again; nothing was built" % e)
     aid = va.manifest_id(manifest)
     tar, man = paths(aid)
     exists = os.path.exists(tar) and os.path.exists(man)

@@ -20,6 +20,12 @@ description:
     one before; O(state=rollback) swaps back.
   - Until the switch, the live venv is untouched; a transfer that breaks leaves it live, and the
     next run removes the staging leftovers.
+  - The source is input, not truth. The manifest is capped in size before it is read, every field is
+    checked for type and form, and it must hash to O(artifact_id) (the id the source's module returned);
+    the stream is capped at O(artifact_bytes) (or what the manifest lists) and unpacks as root's files
+    into a C(0700) staging directory; O(prefix) and C(venvs) must be root's and writable only by root,
+    or the task refuses before anything changes. Inventory values that reach ssh are checked (the
+    doc fragment says how).
   - After the switch the modules in O(import_check) must import with the venv's python, else the
     previous venv is switched back and the task fails.
 options:
@@ -127,14 +133,19 @@ cleaned:
 import json
 import os
 import platform
+import re
 import shutil
+import stat
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddtree.fleet.plugins.module_utils import peer_ssh
 from ansible_collections.ddtree.fleet.plugins.module_utils import venv_artifact as va
-from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, atomic_write, nearest_existing, require_tools, safe_relpath
+from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, atomic_write, nearest_existing, require_tools, root_only
 from ansible_collections.ddtree.fleet.plugins.module_utils.fs import switch_link, write_progress
+
+
+MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 class Installer:
@@ -152,11 +163,16 @@ class Installer:
         return os.path.realpath(link) if os.path.islink(link) else None
 
     def installed(self):
+        """{artifact id: {path, installed}} this module wrote; an entry of another form is dropped."""
         try:
             with open(self.state_file) as f:
-                return json.load(f)
+                data = json.load(f)
         except (OSError, ValueError):
             return {}
+        if not isinstance(data, dict):
+            return {}
+        return dict((k, v) for k, v in data.items() if isinstance(v, dict) and isinstance(v.get("path"), str)
+                    and isinstance(v.get("installed", 0), (int, float)))
 
     def save_installed(self, data):
         atomic_write(self.state_file, json.dumps(data, sort_keys=True, indent=1))
@@ -165,38 +181,74 @@ class Installer:
         switch_link(link, target)
 
     def clean_leftovers(self):
+        """Remove the staging directories of killed runs (a link among them is removed, never followed)."""
         cleaned = []
         if os.path.isdir(self.venvs):
-            for name in os.listdir(self.venvs):
+            for name in sorted(os.listdir(self.venvs)):
                 if name.startswith(".staging-"):
                     if not self.m.check_mode:
-                        shutil.rmtree(os.path.join(self.venvs, name), ignore_errors=False)
+                        p = os.path.join(self.venvs, name)
+                        if stat.S_ISDIR(os.lstat(p).st_mode):
+                            shutil.rmtree(p)
+                        else:
+                            os.unlink(p)
                     cleaned.append(name)
         return cleaned
+
+    def check_values(self, aid=None):
+        """Every value that becomes a path, an ssh argument or code, and the directories root works in: a
+        refusal names the value and the fix, before anything changes."""
+        if aid is not None and not va.ID.match(aid):
+            self.m.fail_json(msg="artifact_id %r is not an artifact id (16 hex digits, as venv_artifact returns it); "
+                                 "nothing was changed" % (aid,))
+        if aid is not None and self.p["transfer"] == "ssh":
+            try:
+                peer_ssh.check(self.p, self.p["ssh_host"])
+            except peer_ssh.BadValue as e:
+                self.m.fail_json(msg="cannot pull artifact %s from the source: %s; nothing was changed" % (aid, e))
+        for mod in self.p["import_check"]:
+            if not isinstance(mod, str) or not MODULE_NAME.match(mod):
+                self.m.fail_json(msg="import_check item %r is not a module name (dotted identifiers, as in "
+                                     "'import sglang'); nothing was changed" % (mod,))
+        try:
+            root_only(self.venvs, "the venvs directory")
+        except UnsafePath as e:
+            self.m.fail_json(msg="%s; nothing was changed" % e)
 
     # source ------------------------------------------------------------
     def ssh_argv(self, *remote):
         return peer_ssh.ssh_argv(self.p, self.p["ssh_host"], remote)
 
+    def source(self):
+        return self.p["manifest_file"] if self.p["transfer"] == "file" else "%s@%s" % (self.p["ssh_user"], self.p["ssh_host"])
+
     def read_manifest(self):
+        """The manifest of the artifact, its size capped before it is read and every field checked before use
+        (va.check_manifest), and hashing to the artifact id the source's module returned."""
         aid = self.p["artifact_id"]
+        where = "the manifest of artifact %s from %s" % (aid, self.source())
         if self.p["transfer"] == "file":
-            with open(self.p["manifest_file"]) as f:
-                text = f.read()
+            try:
+                data = va.read_file_capped(self.p["manifest_file"])
+            except OSError as e:
+                self.m.fail_json(msg="cannot read %s: %s; nothing was changed" % (where, e))
+            if data is None:
+                self.m.fail_json(msg="%s is not a regular file of at most %d bytes; nothing was changed: bring the "
+                                     "source's manifest again" % (where, va.MANIFEST_MAX_BYTES))
         else:
-            rc, text, err = self.m.run_command(self.ssh_argv("cat", os.path.join(self.p["artifact_dir"], aid + ".manifest.json")))
+            rc, data, err = va.run_capped(self.ssh_argv("cat", os.path.join(self.p["artifact_dir"], aid + ".manifest.json")))
+            if data is None:
+                self.m.fail_json(msg="%s: the source sent more than %d bytes, more than any manifest; nothing was changed: "
+                                     "the source's artifact is corrupt or hostile, remove it there and run again"
+                                     % (where, va.MANIFEST_MAX_BYTES))
             if rc != 0:
                 self.m.fail_json(msg="cannot read manifest %s from %s@%s: %s (host-to-host ssh comes from the base role)"
                                      % (aid, self.p["ssh_user"], self.p["ssh_host"], err.strip()))
-        manifest = json.loads(text)
-        try:  # every member name the artifact will unpack, before anything is written
-            for f in manifest.get("files", []):
-                safe_relpath(f.get("path"), "a member of artifact %s" % aid)
-            venv = manifest.get("venv_path", "")
-            if not venv.startswith("/") or os.path.normpath(venv) != venv:
-                raise UnsafePath("the artifact's venv path %r is not a normalised absolute path" % venv)
-        except UnsafePath as e:
-            self.m.fail_json(msg="%s; the source's artifact is corrupt or hostile: remove it there and run again" % e)
+        try:
+            manifest = va.parse_manifest(data, where)
+        except va.BadManifest as e:
+            self.m.fail_json(msg="%s; the source's artifact is corrupt or hostile: remove it there and run again; "
+                                 "nothing was changed" % e)
         if va.manifest_id(manifest) != aid:
             self.m.fail_json(msg="manifest of artifact %s does not hash to its id (%s): the source's artifact is corrupt; "
                                  "remove it there and run again" % (aid, va.manifest_id(manifest)))
@@ -206,19 +258,29 @@ class Installer:
         base = manifest["python"]["base_interpreter"]
         version = None
         if os.path.exists(base):
+            # the manifest names it: run only an interpreter that only root can change
+            real = os.path.realpath(base)
+            st = os.stat(real)
+            try:
+                root_only(os.path.dirname(real), "the base interpreter's directory")
+                if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+                    raise UnsafePath("the base interpreter %s is not a file of root's that only root can write" % real)
+            except UnsafePath as e:
+                self.m.fail_json(msg="venv %s (artifact %s): %s; it was not run, nothing was changed"
+                                     % (manifest["venv_path"], self.p["artifact_id"], e))
             rc, out, _err = self.m.run_command([base, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"])
             version = out.strip() if rc == 0 else None
         st = os.statvfs(nearest_existing(self.prefix))
         return {"base_interpreter_version": version, "machine": platform.machine(), "glibc": va.glibc_version(),
                 "free_bytes": st.f_bavail * st.f_frsize}
 
-    def stream(self, staging):
+    def stream(self, staging, manifest):
         """Source bytes -> zstd -d -> tar -x into staging; progress into progress_file."""
         if self.p["transfer"] == "file":
             argv = ["cat", self.p["artifact_file"]]
         else:
             argv = self.ssh_argv("cat", os.path.join(self.p["artifact_dir"], self.p["artifact_id"] + ".tar.zst"))
-        return va.stream_unpack(argv, staging, self.progress)
+        return va.stream_unpack(argv, staging, self.progress, limits=va.stream_limits(manifest, self.p["artifact_bytes"]))
 
     def progress(self, done, secs, finished=False):
         write_progress(self.p["progress_file"], done, self.p["artifact_bytes"] or 0, secs, finished=finished)
@@ -239,6 +301,7 @@ class Installer:
         missing = [k for k in need if not self.p[k]]
         if missing:
             self.m.fail_json(msg="transfer=%s needs %s" % (self.p["transfer"], ", ".join(missing)))
+        self.check_values(aid)
         installed = self.installed()
         live = self.target_of(self.link)
         cleaned = self.clean_leftovers()
@@ -265,21 +328,30 @@ class Installer:
         if not already:
             require_tools(self.m, *(["zstd", "tar"] + (["ssh"] if self.p["transfer"] == "ssh" else [])))
         os.makedirs(self.venvs, mode=0o755, exist_ok=True)
+        self.check_values()  # venvs as it is now, made by root or found
         if not already:
+            # root's own directory (0700) in a directory only root can write: nothing in it can be swapped or
+            # reached until the verified tree is renamed into place
             staging = os.path.join(self.venvs, ".staging-" + aid)
-            os.makedirs(staging)
-            done, secs, rcs, err = self.stream(staging)
+            os.mkdir(staging, 0o700)
+            done, secs, rcs, err = self.stream(staging, manifest)
             if any(rcs):
                 shutil.rmtree(staging)
                 self.m.fail_json(msg="transfer of artifact %s failed (source rc %s, zstd rc %s, tar rc %s): %s; the live "
                                      "venv %s is untouched" % (aid, rcs[0], rcs[1], rcs[2], err or "-", live or "(none)"))
             unpacked = os.path.join(staging, os.path.relpath(path, "/"))
-            problems = va.verify_tree(unpacked, manifest) if os.path.isdir(unpacked) else ["nothing unpacked at %s" % path]
+            problems = ["unexpected member %s outside the venv's path" % x for x in va.outside_members(staging, unpacked)]
+            if not os.path.isdir(unpacked) or os.path.islink(unpacked):
+                problems.append("nothing unpacked at %s" % path)
+            elif not problems:
+                problems = va.verify_tree(unpacked, manifest)
             if problems:
                 shutil.rmtree(staging)
                 self.m.fail_json(msg="artifact %s does not match its manifest: %s; the live venv %s is untouched"
                                      % (aid, "; ".join(problems), live or "(none)"))
-            if os.path.lexists(path):
+            if os.path.islink(path) or os.path.isfile(path):
+                os.unlink(path)
+            elif os.path.lexists(path):
                 shutil.rmtree(path)  # an old, not live copy of this path
             os.rename(unpacked, path)
             shutil.rmtree(staging)
@@ -308,11 +380,12 @@ class Installer:
         for n, (aid, info) in enumerate(ordered):
             if info["path"] in keep or n < self.p["keep"]:
                 out[aid] = info
-            elif os.path.isdir(info["path"]):
+            elif os.path.dirname(info["path"]) == self.venvs and os.path.isdir(info["path"]) and not os.path.islink(info["path"]):
                 shutil.rmtree(info["path"])
         return out
 
     def rollback(self):
+        self.check_values()
         live, prev = self.target_of(self.link), self.target_of(self.prev_link)
         if not prev or not os.path.isdir(prev):
             self.m.fail_json(msg="no previous venv to roll back to (%s does not point at a venv)" % self.prev_link)

@@ -66,10 +66,25 @@ options:
     description: The key O(state=key) returned. For O(state=restore) and O(state=pack).
     type: dict
   sources:
-    description: Hosts to ask for the artefact, in order (C(name), C(address)). For O(state=restore).
+    description:
+      - Hosts to ask for the artefact, in order (C(name), C(address), C(wait)); M(ddtree.fleet.warm_sources) gives
+        them as the fan-out tree orders them (docs/scale.md). For O(state=restore).
+      - A source with C(wait=true) restores in the same run (this host's parent in the tree). It is waited for while
+        it fetches, and passed over when it has no copy and fetches none within O(wait_grace) seconds, or when its
+        transfer stalls for O(wait_stall) seconds.
+      - A connection a source's sshd resets or refuses at the start is tried again with exponential backoff before
+        the next source is asked.
     type: list
     elements: dict
     default: []
+  wait_grace:
+    description: Seconds a C(wait=true) source may have neither a copy nor a transfer under way.
+    type: int
+    default: 60
+  wait_stall:
+    description: Seconds a C(wait=true) source's transfer may stand still.
+    type: int
+    default: 120
   peer_root:
     description: The store's path on the sources (default O(root)).
     type: path
@@ -198,6 +213,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.ddtree.fleet.plugins.module_utils import fanout
 from ansible_collections.ddtree.fleet.plugins.module_utils import peer_ssh
 from ansible_collections.ddtree.fleet.plugins.module_utils import warm_cache as wc
 
@@ -206,18 +222,30 @@ class Warm(object):
     def __init__(self, module):
         self.m, self.p = module, module.params
         self.root = self.p["root"]
+        # the compressed artefact: the unpacked bytes, tar headers and the manifest, with room to spare
+        self.max_artifact = self.p["max_bytes"] + self.p["max_bytes"] // 8 + 2 ** 30
 
     def paths(self, kid):
         return os.path.join(self.root, "caches", kid), os.path.join(self.root, "keys", kid + ".json")
 
-    def held(self, kid):
-        index = wc.read_index(self.root, kid)
-        return bool(index and os.path.exists(os.path.join(self.root, "artifacts", "%s.tar.gz" % index.get("sha256"))))
+    def artifact(self, sha):
+        return os.path.join(self.root, "artifacts", sha + ".tar.gz")
+
+    def own_index(self, key, kid):
+        """This host's index of the key, checked as a peer's would be; None when missing or unusable."""
+        try:
+            return wc.check_index(wc.read_index(self.root, kid), key, self.max_artifact)
+        except wc.Refused:
+            return None
+
+    def held(self, key, kid):
+        index = self.own_index(key, kid)
+        return bool(index) and os.path.isfile(self.artifact(index["sha256"])) and not os.path.islink(self.artifact(index["sha256"]))
 
     def base(self, key):
         kid = wc.key_id(key)
         cache = self.paths(kid)[0]
-        return dict(key=key, key_id=kid, cache_dir=cache, held=self.held(kid), cache_files=wc.file_count(cache))
+        return dict(key=key, key_id=kid, cache_dir=cache, held=self.held(key, kid), cache_files=wc.file_count(cache))
 
     def ids(self):
         try:
@@ -225,6 +253,15 @@ class Warm(object):
         except KeyError as exc:
             self.m.fail_json(msg="the cache owner %s:%s does not exist on this host (%s): run the base role, or set "
                                  "owner and group to the service user" % (self.p["owner"], self.p["group"], exc))
+
+    def prepare(self):
+        """The store as only root can change it (wc.prepare); a store root cannot trust is a cold start with
+        the reason, never a failure: returns the reason or None."""
+        try:
+            wc.prepare(self.root, write=not self.m.check_mode)
+        except (wc.StoreError, OSError) as exc:
+            return "this host's store is not usable: %s" % exc
+        return None
 
     # state=key
     def key(self):
@@ -241,7 +278,8 @@ class Warm(object):
 
     def want_key(self):
         key = self.p["key"]
-        if not isinstance(key, dict) or key.get("version") != wc.KEY_VERSION or any(not key.get(k) for k in wc.KEY_FIELDS):
+        if (not isinstance(key, dict) or key.get("version") != wc.KEY_VERSION
+                or any(not isinstance(key.get(k), str) or not key.get(k) for k in wc.KEY_FIELDS)):
             self.m.fail_json(msg="key must be the key that state=key returned (fields version, %s); got %r"
                                  % (", ".join(wc.KEY_FIELDS), key))
         return key
@@ -249,27 +287,75 @@ class Warm(object):
     def ssh(self, address, *remote):
         return peer_ssh.ssh_argv(self.p, address, remote, connect_timeout=self.p["connect_timeout"])
 
-    def fetch(self, src, kid, key, incoming):
-        """The artefact of key from src into incoming; returns its index. Raises wc.Refused."""
-        peer_root = self.p["peer_root"] or self.root
-        rc, out, err = self.m.run_command(self.ssh(src["address"], "cat", os.path.join(peer_root, "keys", kid + ".json")))
-        if rc != 0:
-            raise wc.Refused("no artefact for this key" if "No such file" in err else "unreachable (%s)" % (err.strip().splitlines() or ["rc %d" % rc])[-1])
+    def check_ssh(self):
+        """The ssh settings are inventory values: checked before anything is asked of any source."""
         try:
-            index = json.loads(out)
-        except ValueError:
+            self.ssh("localhost", "true")
+        except ValueError as exc:
+            self.m.fail_json(msg="warm_cache on %s: %s" % (self.p["host"] or "this host", exc))
+
+    def remote(self, *parts):
+        """A path of the source's store (the same layout under peer_root)."""
+        return os.path.join(self.p["peer_root"] or self.root, *parts)
+
+    def wait_for(self, src, kid):
+        """A source that restores in this run too (wait: true, the fan-out's parent): wait while it fetches,
+        until its index is there. Raises wc.Refused when it has no copy and fetches none, or stalls."""
+        argv = self.ssh(src["address"], "sh", "-c", fanout.PROBE, "probe",
+                        self.remote("keys", kid + ".json"),
+                        self.remote("artifacts", wc.incoming_name(kid)))
+
+        def probe():
+            try:
+                out = wc.fetch(argv, self.p["connect_timeout"] + 30, 256).decode("ascii", "replace").split()
+            except wc.Refused as exc:
+                if fanout.transient(str(exc)):
+                    return "absent", None
+                raise wc.Refused("unreachable (%s)" % exc)
+            if out[:1] == ["progress"] and len(out) == 2 and out[1].isdigit():
+                return "progress", int(out[1])
+            return ("ready", None) if out[:1] == ["ready"] else ("absent", None)
+        ok, why = fanout.wait_ready(probe, timeout=self.p["transfer_timeout"], grace=self.p["wait_grace"],
+                                    stall=self.p["wait_stall"])
+        if not ok:
+            raise wc.Refused("not waited for: %s" % why)
+
+    def fetch(self, src, kid, key, incoming):
+        """The artefact of key from src into the file incoming; returns its checked index. A connection the
+        other side resets at the start (its sshd's MaxStartups) is tried again with backoff. Raises wc.Refused."""
+        try:
+            argv = self.ssh(src["address"], "cat", self.remote("keys", kid + ".json"))
+        except ValueError as exc:
+            raise wc.Refused("not asked: %s" % exc)
+        if src.get("wait"):
+            self.wait_for(src, kid)
+        try:
+            data = fanout.retry(lambda: wc.fetch(argv, self.p["connect_timeout"] + 30, wc.MAX_INDEX_BYTES))[0]
+        except wc.Missing:
+            raise wc.Refused("no artefact for this key")
+        except wc.Refused as exc:
+            raise wc.Refused("unreachable (%s)" % exc)
+        try:
+            doc = json.loads(data.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
             raise wc.Refused("its index is not JSON")
-        wc.check_index(index, key)  # before the transfer: an index for another key costs no artefact
-        wc.fetch_to(self.ssh(src["address"], "cat", os.path.join(peer_root, "artifacts", index["sha256"] + ".tar.gz")),
-                    incoming, self.p["transfer_timeout"])
+        index = wc.check_index(doc, key, self.max_artifact)  # before the transfer: another key costs no artefact
+        art = self.ssh(src["address"], "cat", self.remote("artifacts", index["sha256"] + ".tar.gz"))
+
+        def transfer():
+            # no more than the index's size is taken: a peer that sends more is cut off at once
+            with open(incoming, "wb") as f:
+                return wc.fetch(art, self.p["transfer_timeout"], index["size"], dest=f)
+        fanout.retry(transfer)
+        wc.verify_artifact(incoming, index)
         return index
 
     def make_dir(self, cache):
         """The key's (empty) cache directory for a cold start, owned by the service user."""
-        if os.path.isdir(cache):
+        if os.path.isdir(cache) and not os.path.islink(cache):
             return False
         uid, gid = self.ids()
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        wc.set_aside(self.root, cache)
         os.mkdir(cache, 0o755)
         os.chown(cache, uid, gid)
         return True
@@ -277,79 +363,120 @@ class Warm(object):
     # state=restore
     def restore(self):
         key = self.want_key()
+        self.check_ssh()
+        ids = self.ids()
         kid = wc.key_id(key)
         cache = self.paths(kid)[0]
+        if self.m.check_mode:
+            return self.restore_in(key, kid, cache, ids)
+        with wc.Lock(self.root):  # one run at a time: the next one's prepare() clears what a killed one left
+            self.restore_in(key, kid, cache, ids)
+
+    def restore_in(self, key, kid, cache, ids):
         start = time.time()
-        res = dict(self.base(key), tried=[], source=None)
         ident = "key %s" % kid
+        broken = self.prepare()
+        res = dict(self.base(key), tried=[], source=None)
+        if broken:
+            self.m.exit_json(changed=False, warm=False, verdict="cold (%s: %s)" % (ident, broken), seconds=0.0, **res)
         if res["cache_files"] > 0:
             res.update(source="this host")
             self.m.exit_json(changed=False, warm=True, verdict="warm (%s, kept on this host)" % ident, seconds=0.0, **res)
         if self.m.check_mode:
             if res["held"]:
                 self.m.exit_json(changed=True, warm=True, verdict="warm (%s, would unpack this host's artefact)" % ident, seconds=0.0, **res)
-            names = [s.get("name") for s in self.p["sources"]]
+            names = [wc.show(s.get("name")) for s in self.p["sources"]]
             self.m.exit_json(changed=True, warm=False, seconds=0.0,
                              verdict="cold (%s: would ask %s)" % (ident, ", ".join(names) or "no source"), **res)
-        os.makedirs(os.path.join(self.root, "artifacts"), exist_ok=True)
+        self.restore_locked(key, kid, cache, ids, start, ident, res)
+
+    def restore_locked(self, key, kid, cache, ids, start, ident, res):
         reasons = []
-        if res["held"]:
-            index = wc.read_index(self.root, kid)
-            art = os.path.join(self.root, "artifacts", index["sha256"] + ".tar.gz")
+        index = self.own_index(key, kid)
+        if index:
             try:
-                files = wc.install(art, index, key, cache, self.p["max_bytes"], self.ids())
+                art = self.artifact(index["sha256"])
+                wc.verify_artifact(art, index)
+                files = self.installed(wc.install(art, index, key, cache, self.p["max_bytes"], ids))
                 res.update(source="this host", cache_files=files)
                 self.m.exit_json(changed=True, warm=True, verdict="warm (%s, from the store on this host, %d files)" % (ident, files),
                                  seconds=round(time.time() - start, 1), **res)
-            except wc.Refused as exc:
+            except (wc.Refused, OSError) as exc:
                 reasons.append("this host: %s" % exc)
-                os.unlink(art)  # a store that fails its own check is not served to peers either
-                os.unlink(self.paths(kid)[1])
+                # a store that fails its own check is not served to peers either
+                wc.remove(self.artifact(index["sha256"]))
+                wc.remove(self.paths(kid)[1])
+                res["held"] = False
         for src in self.p["sources"]:
-            if not src.get("address"):
+            name = src.get("name") if isinstance(src.get("name"), str) and src.get("name") else src.get("address")
+            if not isinstance(src.get("address"), str) or not src.get("address"):
                 continue
-            incoming = os.path.join(self.root, "artifacts", ".incoming-%d.tar.gz" % os.getpid())
+            # beside the artefacts, root's (0600): the hosts that pull from this one see it grow (fanout.PROBE)
+            incoming = os.path.join(self.root, "artifacts", wc.incoming_name(kid))
             try:
                 index = self.fetch(src, kid, key, incoming)
-                files = wc.install(incoming, index, key, cache, self.p["max_bytes"], self.ids())
-            except wc.Refused as exc:
-                reasons.append("%s: %s" % (src.get("name") or src["address"], exc))
+                entries = wc.install(incoming, index, key, cache, self.p["max_bytes"], ids)
+            except (wc.Refused, OSError) as exc:
+                reasons.append("%s: %s" % (wc.show(name), exc))
                 res["tried"].append(reasons[-1])
-                if os.path.exists(incoming):
-                    os.unlink(incoming)
+                wc.remove(incoming)
                 continue
-            # this host now serves it to the next ones (the way weights fan out)
-            os.replace(incoming, os.path.join(self.root, "artifacts", index["sha256"] + ".tar.gz"))
-            os.chmod(os.path.join(self.root, "artifacts", index["sha256"] + ".tar.gz"), 0o644)
-            wc.write_index(self.root, dict(index, fetched_from=src.get("name"), fetched_at=wc.now()))
-            res["tried"].append("%s: warm" % (src.get("name") or src["address"]))
-            res.update(source=src.get("name"), held=True, cache_files=files)
-            self.m.exit_json(changed=True, warm=True, verdict="warm (%s, from %s, %d files)" % (ident, src.get("name"), files),
+            # this host now serves it to the next ones (the way weights fan out); its index is written from the
+            # checked fields alone, under this host's own key id
+            os.replace(incoming, self.artifact(index["sha256"]))
+            wc.write_index(self.root, kid, dict(index, key=key, key_id=kid, tree=wc.tree_digest(entries),
+                                                files=self.installed(entries), fetched_from=wc.show(name), fetched_at=wc.now()))
+            res["tried"].append("%s: warm" % wc.show(name))
+            res.update(source=wc.show(name), held=True, cache_files=self.installed(entries))
+            self.m.exit_json(changed=True, warm=True, verdict="warm (%s, from %s, %d files)" % (ident, wc.show(name), res["cache_files"]),
                              seconds=round(time.time() - start, 1), **res)
         made = self.make_dir(cache)
         why = "; ".join(reasons) if reasons else "no artefact for this key on this host and no source to ask"
         self.m.exit_json(changed=made, warm=False, verdict="cold (%s: %s)" % (ident, why), seconds=round(time.time() - start, 1), **res)
 
+    @staticmethod
+    def installed(entries):
+        return sum(1 for e in entries if e["type"] == "file")
+
     # state=pack
     def pack(self):
         key = self.want_key()
+        uid = self.ids()[0]
         kid = wc.key_id(key)
-        cache, _index_path = self.paths(kid)
+        cache = self.paths(kid)[0]
+        if self.m.check_mode:
+            return self.pack_in(key, kid, cache, uid)
+        with wc.Lock(self.root):
+            self.pack_in(key, kid, cache, uid)
+
+    def pack_in(self, key, kid, cache, uid):
+        broken = self.prepare()
         res = self.base(key)
+        if broken:
+            self.m.exit_json(changed=False, artifact=None, removed=[], msg="not packed: %s" % broken, **res)
         if res["cache_files"] == 0:
             self.m.exit_json(changed=False, artifact=None, removed=[], msg="nothing to pack: %s is empty" % cache, **res)
-        index = wc.read_index(self.root, kid)
-        entries = wc.tree(cache)
-        current = wc.tree_digest(entries)
-        art = os.path.join(self.root, "artifacts", "%s.tar.gz" % (index or {}).get("sha256"))
+        self.pack_locked(key, kid, cache, uid, res)
+
+    def pack_locked(self, key, kid, cache, uid, res):
+        try:
+            entries = wc.tree(cache, uid=uid, max_bytes=self.p["max_bytes"], ids=True)
+        except wc.Refused as exc:
+            self.m.exit_json(changed=False, artifact=None, removed=[], msg="not packed: %s" % exc, **res)
+        index = self.own_index(key, kid)
+        record = wc.read_index(self.root, kid) if index else None
         # the artefact on record is served to peers as it is: one that no longer matches its index is packed again
-        if index and index.get("tree") == current and res["held"] and wc.sha256_file(art) == index.get("sha256"):
-            self.m.exit_json(changed=False, artifact=index, removed=[], **res)
+        if (index and record.get("tree") == wc.tree_digest(entries) and res["held"]
+                and wc.sha256_file(self.artifact(index["sha256"])) == index["sha256"]):
+            self.m.exit_json(changed=False, artifact=record, removed=[], **res)
         if self.m.check_mode:
             self.m.exit_json(changed=True, artifact=None, removed=[], **res)
-        packed = wc.pack(self.root, cache, key, entries)
+        try:
+            packed = wc.pack(self.root, cache, key, entries, uid=uid)
+        except wc.Refused as exc:
+            self.m.exit_json(changed=False, artifact=None, removed=[], msg="not packed: %s" % exc, **res)
         packed.update(packed_at=wc.now(), packed_by=self.p["host"])
-        wc.write_index(self.root, packed)
+        wc.write_index(self.root, kid, packed)
         removed = wc.prune(self.root, self.p["keep"], kid)
         self.m.exit_json(changed=True, artifact=packed, removed=removed, **dict(res, held=True))
 
@@ -366,6 +493,8 @@ def main():
             patch_stamp=dict(type="str", default=".ddtree/sglang-patch.json"),
             key=dict(type="dict", no_log=False),
             sources=dict(type="list", elements="dict", default=[]),
+            wait_grace=dict(type="int", default=60),
+            wait_stall=dict(type="int", default=120),
             peer_root=dict(type="path"),
             connect_timeout=dict(type="int", default=10),
             transfer_timeout=dict(type="int", default=1800),

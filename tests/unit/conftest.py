@@ -14,9 +14,12 @@ sys.path.insert(0, str(ROOT / ".collections"))
 
 @pytest.fixture
 def run_module(tmp_path):
-    """run_module(name, check=False, diff=False, **params) -> the registered result (failed: true on failure)."""
-    def run(name, check=False, diff=False, **params):
-        out = tmp_path / "result.json"
+    """run_module(name, check=False, diff=False, **params) -> the registered result (failed: true on failure).
+    workdir: where its play and result go (default tmp_path; give each of several concurrent runs its own)."""
+    def run(name, check=False, diff=False, workdir=None, **params):
+        here = Path(workdir or tmp_path)
+        here.mkdir(parents=True, exist_ok=True)
+        out = here / "result.json"
         # a failure is caught by rescue, so the result keeps failed: true and the message
         play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
             {"block": [{"ddtree.fleet." + name: params, "register": "r"}],
@@ -24,12 +27,14 @@ def run_module(tmp_path):
             {"ansible.builtin.copy": {"content": "{{ r | to_json }}", "dest": str(out), "mode": "0600"},
              "check_mode": False},
         ]}]
-        (tmp_path / "play.yml").write_text(json.dumps(play))
+        (here / "play.yml").write_text(json.dumps(play))
         env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_LOCALHOST_WARNING="false",
                    ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_PYTHON_INTERPRETER=sys.executable)
-        argv = ["ansible-playbook", str(tmp_path / "play.yml")] + (["--check"] if check else []) + (["--diff"] if diff else [])
+        argv = ["ansible-playbook", str(here / "play.yml")] + (["--check"] if check else []) + (["--diff"] if diff else [])
         p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
         assert p.returncode == 0, p.stdout + p.stderr
+        # the play is the test's and the module this collection's: any deprecation is ours to fix
+        assert "[DEPRECATION WARNING]" not in p.stdout + p.stderr, p.stdout + p.stderr
         return json.loads(out.read_text())
     return run
 

@@ -52,8 +52,8 @@ def test_service_user(host):
 def test_prefix(host):
     prefix = host.file("/opt/ddtree")
     assert prefix.is_directory
-    assert prefix.group == "ddtree"
-    assert prefix.mode == 0o775
+    assert prefix.group == "ddtree" and prefix.user == "root"
+    assert prefix.mode == 0o755  # the service user runs model code: it must not rename what root put here
 
 
 def test_sshd_serves(host):
@@ -88,7 +88,7 @@ def test_local_fact_reports_what_the_role_manages(host):
     data = json.loads(host.check_output("/etc/ansible/facts.d/ddtree_base.fact"))
     assert data["group_exists"] and data["ssh_enabled"] and data["ssh_active"]
     assert data["user"] == {"group": "ddtree", "home": "/var/lib/ddtree", "shell": "/bin/bash", "home_is_dir": True}
-    assert data["prefix"] == {"is_dir": True, "owner": 0, "group": "ddtree", "mode": "0775"}
+    assert data["prefix"] == {"is_dir": True, "owner": 0, "group": "ddtree", "mode": "0755"}
     assert data["user_pubkey"] == host.file("/var/lib/ddtree/.ssh/id_ed25519.pub").content_string.strip()
     assert "dpkg" not in data  # packages are ddtree.fleet.packages' business, read once per run
 
@@ -107,7 +107,7 @@ def test_drift_is_seen_through_the_fact_and_repaired(host):
     assert host.file("/opt/ddtree").mode == 0o700 and not host.service("ssh").is_enabled
     r = playbook("molecule/base/converge.yml")
     assert r.returncode == 0, r.text
-    assert host.file("/opt/ddtree").mode == 0o775 and host.user("ddtree").shell == "/bin/bash"
+    assert host.file("/opt/ddtree").mode == 0o755 and host.user("ddtree").shell == "/bin/bash"
     assert host.service("ssh").is_enabled and host.service("ssh").is_running
     again = playbook("molecule/base/converge.yml")
     assert again.returncode == 0 and again.text.count("changed=0") == 3, again.text

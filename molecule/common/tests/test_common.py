@@ -18,7 +18,7 @@ def test_the_service_user_is_the_fleets(host):
 
 def test_the_prefix_is_the_fleets(host):
     prefix = host.file("/srv/fleet")
-    assert prefix.is_directory and prefix.user == "root" and prefix.group == "fleetsvc" and prefix.mode == 0o775
+    assert prefix.is_directory and prefix.user == "root" and prefix.group == "fleetsvc" and prefix.mode == 0o755
     assert not host.file("/opt/ddtree").exists
 
 

@@ -89,7 +89,24 @@ def test_warm_sources_order_holders_extra_then_group_peers_outside_the_play():
     got = hosts.warm_sources("b300-05.dc", hvs, play, groups, "k1", ["build.dc"], True, 4)
     # the play's holder of this key first; not the one without it, nor another key's; then the build host,
     # then the group's host outside the play (a --limit run), never a host of another group or itself
-    assert got == [{"name": "b300-01.dc", "address": "b300-01.dc"}, {"name": "build.dc", "address": "build.fabric"},
-                   {"name": "b300-04.dc", "address": "10.0.0.4"}]
+    assert got == [{"name": "b300-01.dc", "address": "b300-01.dc", "wait": False},
+                   {"name": "build.dc", "address": "build.fabric", "wait": False},
+                   {"name": "b300-04.dc", "address": "10.0.0.4", "wait": False}]
     assert [s["name"] for s in hosts.warm_sources("b300-05.dc", hvs, play, groups, "k1", [], False, 4)] == ["b300-01.dc"]
     assert len(hosts.warm_sources("b300-05.dc", hvs, ["b300-05.dc"], groups, "k1", [], True, 2)) == 2
+
+
+def test_warm_sources_fan_out_one_holder_serves_two_and_each_restorer_the_next_four():
+    """18 hosts of one key, one holder: the holder is asked first by two hosts only; the others wait on a
+    parent that restores in the same run (wait: true), then climb its chain, then the holder."""
+    names = ["g%02d" % i for i in range(18)]
+    hvs = dict((n, hv(n, __ddtree_service_warm={"key_id": "k", "held": n == "g00"})) for n in names)
+    groups = {"all": names, "gpu": names}
+    firsts = {}
+    for n in names[1:]:
+        got = hosts.warm_sources(n, hvs, names, groups, "k", [], False, 4)
+        assert got[-1] == {"name": "g00", "address": "g00", "wait": False}, got
+        assert all(s["wait"] for s in got[:-1]) and n not in [s["name"] for s in got]
+        firsts[got[0]["name"]] = firsts.get(got[0]["name"], 0) + 1
+    assert firsts["g00"] == 2 and max(firsts.values()) <= 4
+    assert hosts.warm_sources("g00", hvs, names, groups, "k", [], False, 4) == []  # a holder restores from itself

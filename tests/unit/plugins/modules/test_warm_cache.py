@@ -44,8 +44,9 @@ def fleet(tmp_path, run_module, monkeypatch):
     venv = make_venv(tmp_path / "venv")
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    # TEST DOUBLE: ssh that runs what follows '--' here (the peer's store is a local directory)
-    (bindir / "ssh").write_text('#!/bin/sh\nwhile [ "$1" != "--" ]; do shift; done; shift; exec "$@"\n')
+    # TEST DOUBLE: ssh that runs here, through a shell as sshd would, the one command string after '-- HOST'
+    # (the peer's store is a local directory)
+    (bindir / "ssh").write_text('#!/bin/sh\nwhile [ "$1" != "--" ]; do shift; done; exec sh -c "$3"\n')
     (bindir / "ssh").chmod(0o755)
     monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ["PATH"]))
 
@@ -200,8 +201,205 @@ def test_a_bad_artefact_is_refused_and_the_start_goes_cold(fleet, case):
     assert r["verdict"].startswith("cold (key %s: a: " % k["key_id"]) and reason in r["verdict"], r["verdict"]
     assert os.listdir(b / "caches" / k["key_id"]) == []  # an empty cache dir: the server compiles
     assert not [p for p in (b / "caches").iterdir() if p.name.startswith(".")]
-    assert not list((b / "artifacts").iterdir()) and not (b / "keys").exists()
+    assert not list((b / "artifacts").iterdir()) and not list((b / "keys").iterdir())
+    assert not list((b / ".staging").iterdir())  # nothing left behind
     assert not (b.parent / "escape").exists()
+
+
+def peer_store(a, key, call):
+    """a packs a cache and returns (artefact path, index path, index document)."""
+    art = peer_with(a, key, call, lambda art, idx: None)
+    idx = a / "keys" / (key["key_id"] + ".json")
+    return a / "artifacts" / (art["sha256"] + ".tar.gz"), idx, json.loads(idx.read_text())
+
+
+def restore_b(b, key, call, a):
+    return call("restore", b, key["key"], sources=[{"name": "a", "address": "a"}], peer_root=str(a))
+
+
+def assert_cold_and_clean(r, b, key, reason):
+    assert r.get("failed") is not True and r["warm"] is False, r
+    assert r["verdict"].startswith("cold (key %s: a: " % key["key_id"]) and reason in r["verdict"], r["verdict"]
+    assert all(32 <= ord(c) < 127 for c in r["verdict"]), r["verdict"]  # a peer's text cannot forge report lines
+    assert os.listdir(b / "caches" / key["key_id"]) == []
+    assert not list((b / "artifacts").iterdir()) and not list((b / "keys").iterdir())
+    assert not list((b / ".staging").iterdir())
+
+
+INDEX_CASES = {
+    "a list": (lambda doc: [doc], "its index is not a JSON object"),
+    "size a string": (lambda doc: dict(doc, size=str(doc["size"])), "its index gives no artefact size"),
+    "size a bool": (lambda doc: dict(doc, size=True), "its index gives no artefact size"),
+    "size negative": (lambda doc: dict(doc, size=-1), "its index gives no artefact size"),
+    "size beyond the cap": (lambda doc: dict(doc, size=10 ** 15), "more than the"),
+    "sha a path": (lambda doc: dict(doc, sha256="../../../../etc/passwd"), "its index names no artefact sha256"),
+    "sha a number": (lambda doc: dict(doc, sha256=12), "its index names no artefact sha256"),
+    "key a string": (lambda doc: dict(doc, key="sm_103"), "its key differs (no key)"),
+    "key a forged line": (lambda doc: dict(doc, key=dict(doc["key"], arch="x\n" + "A" * 5000)), "its key differs (arch x?AAA"),
+    "not JSON": (None, "its index is not JSON"),
+    "too large": (lambda doc: dict(doc, pad="x" * 100000), "more than the 65536 bytes expected"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INDEX_CASES))
+def test_a_hostile_index_is_refused_before_any_transfer(fleet, case):
+    a, b, _venv, key, call = fleet
+    k = key(a)
+    _art, idx, doc = peer_store(a, k, call)
+    change, reason = INDEX_CASES[case]
+    idx.write_text("{not json" if change is None else json.dumps(change(doc)))
+    assert_cold_and_clean(restore_b(b, k, call, a), b, k, reason)
+
+
+def test_an_index_names_no_local_path(fleet, tmp_path):
+    """A peer's key_id (and every other field but the checked ones) is never used: the restored host writes its
+    index under its own key id, from the checked fields alone."""
+    a, b, _venv, key, call = fleet
+    k = key(a)
+    _art, idx, doc = peer_store(a, k, call)
+    idx.write_text(json.dumps(dict(doc, key_id="../../../planted", packed_by="x", tree="y")))
+    r = restore_b(b, k, call, a)
+    assert r["warm"], r
+    assert sorted(p.name for p in (b / "keys").iterdir()) == [k["key_id"] + ".json"]
+    assert not list(tmp_path.rglob("planted*"))
+    mine = json.loads((b / "keys" / (k["key_id"] + ".json")).read_text())
+    assert mine["key_id"] == k["key_id"] and mine["fetched_from"] == "a" and "packed_by" not in mine
+
+
+def rebuild(art, idx, manifest=None, members=None, raw_manifest=None, manifest_size=None):
+    """Rewrite the artefact at art: a new manifest (the document, raw bytes, or a header claiming
+    manifest_size), the members (TarInfo, bytes) that follow; the index kept in step (a peer that lies
+    consistently)."""
+    with tarfile.open(str(art), "r:gz") as t:
+        old = [(m, t.extractfile(m).read() if m.isfile() else None) for m in t.getmembers()]
+    head, rest = old[0], old[1:] if members is None else members
+    data = raw_manifest if raw_manifest is not None else json.dumps(manifest).encode() if manifest is not None else head[1]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+        m = tarfile.TarInfo(wc.MANIFEST)
+        m.size = len(data)
+        t.addfile(m, io.BytesIO(data))
+        for m, d in rest:
+            t.addfile(m, io.BytesIO(d) if d is not None else None)
+    body = buf.getvalue()
+    if manifest_size is not None:  # a header that claims more than follows
+        h = tarfile.TarInfo(wc.MANIFEST)
+        h.size = manifest_size
+        body = h.tobuf(tarfile.USTAR_FORMAT) + b" " * 1024
+    art.write_bytes(gzip.compress(body))
+    refit_index(art, idx)
+
+
+def manifest_of(art):
+    with tarfile.open(str(art), "r:gz") as t:
+        return json.loads(t.extractfile(t.next()).read())
+
+
+def member(name, size, data=None, **kw):
+    m = tarfile.TarInfo(name)
+    m.size = size
+    for k, v in kw.items():
+        setattr(m, k, v)
+    return (m, data if data is not None else b"x" * size)
+
+
+MANIFEST_CASES = {
+    "a list": (lambda art, m: dict(manifest=[m]), "the artefact's manifest is not a JSON object"),
+    "files a dict": (lambda art, m: dict(manifest=dict(m, files={"a": 1})), "has no list of at most"),
+    "an entry a string": (lambda art, m: dict(manifest=dict(m, files=["x"] + m["files"])), "not a file or directory"),
+    "a size string": (lambda art, m: dict(manifest=dict(m, files=[dict(e, size="12") if e["type"] == "file" else e
+                                                                  for e in m["files"]])), "has no valid size, sha256 and mode"),
+    "a setuid mode": (lambda art, m: dict(manifest=dict(m, files=[dict(e, mode="4755") if e["type"] == "file" else e
+                                                                  for e in m["files"]])), "has no valid size, sha256 and mode"),
+    "a path twice": (lambda art, m: dict(manifest=dict(m, files=m["files"] + m["files"][-1:])), "lists"),
+    "an absolute path": (lambda art, m: dict(manifest=dict(m, files=m["files"] + [{"path": "/etc/x", "type": "dir"}])), "is absolute"),
+    "not JSON": (lambda art, m: dict(raw_manifest=b"\xff{"), "cannot be unpacked"),
+    "beyond the unpack cap": (lambda art, m: dict(manifest=dict(m, files=m["files"] + [dict(
+        path="big", type="file", size=10 ** 13, sha256="0" * 64, mode="0644")])), "unpacks to more than"),
+    "padded past its cap": (lambda art, m: dict(manifest_size=200 * 2 ** 20), "more than the 67108864 accepted"),
+    "a member larger than listed": (lambda art, m: dict(manifest=dict(m, files=m["files"] + [dict(
+        path="small", type="file", size=1, sha256="0" * 64, mode="0644")]), members=[member("cache/small", 2 ** 20)]),
+        "is 1048576 bytes, its manifest says 1"),
+    "a pax header bomb": (lambda art, m: dict(members=[member("cache/p", 1, pax_headers={"comment": "x" * (5 * 2 ** 20)})]),
+                          "a hostile tar header"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MANIFEST_CASES))
+def test_a_hostile_manifest_or_member_is_refused_before_its_bytes_are_read(fleet, case):
+    a, b, _venv, key, call = fleet
+    k = key(a)
+    art, idx, _doc = peer_store(a, k, call)
+    make, reason = MANIFEST_CASES[case]
+    rebuild(art, idx, **make(art, manifest_of(art)))
+    art = next((a / "artifacts").glob("*.tar.gz"))
+    assert_cold_and_clean(restore_b(b, k, call, a), b, k, reason)
+
+
+def test_an_artefact_larger_than_its_index_is_cut_off(fleet):
+    """The peer serves 2 GiB (sparse) where its index says a few kB: the transfer stops past the index's size."""
+    a, b, _venv, key, call = fleet
+    k = key(a)
+    art, idx, doc = peer_store(a, k, call)
+    with open(str(art), "r+b") as f:
+        f.truncate(2 * 2 ** 30)
+    r = restore_b(b, k, call, a)
+    assert_cold_and_clean(r, b, k, "it sent more than the %d bytes expected" % doc["size"])
+
+
+def test_damaged_local_state_and_leftovers_of_a_killed_run(fleet):
+    """A cache directory holding only empty directories is replaced, not a crash; what a killed run left (in
+    .staging and the old names beside the caches and artefacts) is removed by the next run."""
+    a, _b, _venv, key, call = fleet
+    k = key(a)
+    call("restore", a, k["key"])
+    fill(a / "caches" / k["key_id"])
+    call("pack", a, k["key"])
+    cache = a / "caches" / k["key_id"]
+    import shutil
+    shutil.rmtree(cache)
+    (cache / "triton" / "k1").mkdir(parents=True)
+    (a / ".staging" / "unpack-x-99").mkdir()
+    (a / ".staging" / "unpack-x-99" / "f").write_text("left")
+    (a / "caches" / (".%s.incoming-123" % k["key_id"])).mkdir()
+    (a / "artifacts" / ".incoming-77.tar.gz").write_text("left")
+    r = call("restore", a, k["key"])
+    assert r.get("warm") and r["source"] == "this host", r
+    assert sorted(p.name for p in (a / "caches").iterdir()) == [k["key_id"]]
+    assert not list((a / ".staging").iterdir()) and not list((a / "artifacts").glob(".incoming*"))
+    assert len(wc.tree(str(cache))) == 7
+
+
+def test_a_store_path_that_is_a_link_is_a_cold_start(fleet, tmp_path):
+    a, _b, _venv, key, call = fleet
+    k = key(a)
+    a.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(str(tmp_path / "elsewhere"), str(a / "caches"))
+    r = call("restore", a, k["key"])
+    assert r.get("failed") is not True and r["warm"] is False and "a symbolic link" in r["verdict"], r
+    assert not list((tmp_path / "elsewhere").iterdir())
+    p = call("pack", a, k["key"])
+    assert p["changed"] is False and "not packed" in p["msg"], p
+
+
+def test_inventory_values_never_become_ssh_options(fleet, tmp_path):
+    """A source address beginning with '-' is refused by name, and nothing runs; bad ssh settings fail the
+    task before any source is asked."""
+    a, b, _venv, key, call = fleet
+    k = key(a)
+    peer_store(a, k, call)
+    marker = tmp_path / "pwned"
+    evil = {"name": "evil", "address": "-oProxyCommand=touch %s" % marker}
+    r = call("restore", b, k["key"], sources=[evil, {"name": "a", "address": "a"}], peer_root=str(a))
+    assert r["warm"] and "evil: not asked: ssh_host '-oProxyCommand" in r["tried"][0], r
+    assert not marker.exists()
+    bad = call("restore", b, k["key"], ssh_options=["-o", "ProxyCommand=touch %s" % marker])
+    assert bad["failed"] and "ProxyCommand" in bad["msg"] and not marker.exists()
+    semi = call("restore", tmp_path / "c", k["key"], sources=[{"name": "a", "address": "a"}],
+                peer_root="%s; touch %s" % (a, marker))
+    # the path stays one path on the other side, where there is no such store: cold, and nothing ran
+    assert semi["warm"] is False and "a: no artefact for this key" in semi["verdict"] and not marker.exists(), semi
 
 
 def test_prune_keeps_the_live_key_and_the_newest_others(tmp_path):
@@ -219,3 +417,78 @@ def test_prune_keeps_the_live_key_and_the_newest_others(tmp_path):
     assert sorted(p.name for p in (root / "keys").iterdir()) == ["k1.json", "k4.json"]
     assert sorted(p.name for p in (root / "artifacts").iterdir()) == ["%064d.tar.gz" % 0, "%064d.tar.gz" % 3]
     assert "caches/k2" in removed and "artifacts/%064d.tar.gz" % 9 in removed
+
+
+@pytest.fixture
+def hosts3(tmp_path, run_module, monkeypatch):
+    """Three hosts' stores under stores/<host>, reached through a TEST DOUBLE of ssh that runs the command
+    string here with the placeholder store /STORE/ put in the host's place, and logs every artefact it
+    serves (serve.log: host per line). A host named in resets.txt answers its first N connections as an
+    sshd past MaxStartups does."""
+    venv = make_venv(tmp_path / "venv")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (tmp_path / "stores").mkdir()
+    (bindir / "ssh").write_text(r'''#!/bin/sh
+while [ "$1" != "--" ]; do shift; done
+host=$2; base=%(base)s
+n=$(grep -c "^$host$" $base/resets.txt 2>/dev/null)
+if [ "${n:-0}" -gt 0 ]; then
+  sed -i "0,/^$host$/{//d}" $base/resets.txt
+  echo "kex_exchange_identification: read: Connection reset by peer" >&2; exit 255
+fi
+cmd=$(printf %%s "$3" | sed "s#$base/STORE/#$base/stores/$host/#g")
+case "$cmd" in *artifacts/*.tar.gz*) echo "$host" >> $base/serve.log;; esac
+exec sh -c "$cmd"
+''' % {"base": tmp_path})
+    (bindir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ["PATH"]))
+    k = run_module("warm_cache", state="key", root=str(tmp_path / "stores" / "a"), arch="sm_103", driver="580.1",
+                   cuda="12.9", venv=str(venv))
+
+    def call(host, sources, **kw):
+        return run_module("warm_cache", workdir=tmp_path / ("run-" + host), state="restore", root=str(tmp_path / "stores" / host),
+                          key=k["key"], owner=ME, group=GROUP, sources=sources, peer_root=str(tmp_path / "STORE"), **kw)
+    a = tmp_path / "stores" / "a"
+    run_module("warm_cache", state="restore", root=str(a), key=k["key"], owner=ME, group=GROUP)
+    fill(a / "caches" / k["key_id"])
+    run_module("warm_cache", state="pack", root=str(a), key=k["key"], owner=ME, group=GROUP)
+    return tmp_path, k, call
+
+
+def served(base):
+    return sorted((base / "serve.log").read_text().split()) if (base / "serve.log").exists() else []
+
+
+def test_a_child_waits_for_its_parent_and_the_holder_sends_one_copy(hosts3):
+    """c's parent b restores in the same run: c waits while b fetches, then takes it from b; a, the holder,
+    sends one copy."""
+    import threading
+    base, k, call = hosts3
+    got = {}
+    chain = [{"name": "b", "address": "b", "wait": True}, {"name": "a", "address": "a"}]
+    child = threading.Thread(target=lambda: got.update(c=call("c", chain, wait_grace=60)))
+    child.start()
+    import time
+    time.sleep(3)
+    b = call("b", [{"name": "a", "address": "a"}])
+    child.join(300)
+    assert b["warm"] and b["source"] == "a", b
+    assert got["c"]["warm"] and got["c"]["source"] == "b" and got["c"]["tried"] == ["b: warm"], got["c"]
+    assert served(base) == ["a", "b"]  # one copy from the holder, one from the parent
+
+
+def test_a_parent_that_fetches_nothing_is_passed_over(hosts3):
+    base, k, call = hosts3
+    r = call("c", [{"name": "b", "address": "b", "wait": True}, {"name": "a", "address": "a"}], wait_grace=2)
+    assert r["warm"] and r["source"] == "a", r
+    assert r["tried"][0] == "b: not waited for: it has no copy and fetches none", r["tried"]
+    assert served(base) == ["a"]
+
+
+def test_a_source_whose_sshd_resets_is_tried_again(hosts3):
+    base, k, call = hosts3
+    (base / "resets.txt").write_text("a\na\n")  # its first two connections are reset (MaxStartups)
+    r = call("b", [{"name": "a", "address": "a"}])
+    assert r["warm"] and r["source"] == "a" and r["tried"] == ["a: warm"], r
+    assert (base / "resets.txt").read_text() == ""
