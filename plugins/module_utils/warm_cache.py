@@ -435,7 +435,8 @@ def extract(path, key, staging, max_bytes, max_manifest=MAX_MANIFEST_BYTES):
                 raise Refused("the artefact does not start with its manifest")
             if first.size > max_manifest:
                 raise Refused("the artefact's manifest is %d bytes, more than the %d accepted" % (first.size, max_manifest))
-            want = check_manifest(json.loads(tar.extractfile(first).read(max_manifest).decode("utf-8")), key, max_bytes)
+            src = tar.extractfile(first)  # read in chunks: one read of it all would be refused as a hostile header
+            want = check_manifest(json.loads(b"".join(iter(lambda: src.read(CHUNK), b"")).decode("utf-8")), key, max_bytes)
             seen = set()
             while True:
                 m = tar.next()  # iterating the TarFile would start again from its first member

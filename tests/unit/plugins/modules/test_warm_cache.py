@@ -336,6 +336,17 @@ def test_a_hostile_manifest_or_member_is_refused_before_its_bytes_are_read(fleet
     assert_cold_and_clean(restore_b(b, k, call, a), b, k, reason)
 
 
+def test_a_large_manifest_within_its_cap_is_taken(fleet):
+    """A manifest of several MiB (a cache of tens of thousands of files) is read in chunks, not refused as a
+    hostile header."""
+    a, b, _venv, key, call = fleet
+    k = key(a)
+    art, idx, _doc = peer_store(a, k, call)
+    rebuild(art, idx, manifest=dict(manifest_of(art), note="x" * (6 * 2 ** 20)))
+    r = restore_b(b, k, call, a)
+    assert r["warm"] and r["source"] == "a", r
+
+
 def test_an_artefact_larger_than_its_index_is_cut_off(fleet):
     """The peer serves 2 GiB (sparse) where its index says a few kB: the transfer stops past the index's size."""
     a, b, _venv, key, call = fleet
