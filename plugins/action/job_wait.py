@@ -31,9 +31,14 @@ def delays(interval):
 
 
 def progress_line(label, p):
-    """'label: 1.25 of 4.00 GiB (31%), 12.5 MiB/s, ETA 220 s' from a progress document."""
+    """'label: 1.25 of 4.00 GiB (31%), 12.5 MiB/s, ETA 220 s' from a progress document; 'label: waiting for HOST
+    (it has 1.25 of 4.00 GiB)' while the job waits for the host it pulls from (waiting_for, the fan-out's parent)."""
     done, total = int(p.get("bytes") or 0), int(p.get("total") or 0)
     unit, name = (GIB, "GiB") if max(done, total) >= GIB else (MIB, "MiB")
+    if p.get("waiting_for"):
+        has = ("it has %.2f of %.2f %s" % (done / float(unit), total / float(unit), name)
+               if p.get("state") == "progress" else "it has no copy yet")
+        return "%s: waiting for %s (%s)" % (label, p["waiting_for"], has)
     pct = int(round(100.0 * done / max(total, 1)))
     return "%s: %.2f of %.2f %s (%d%%), %.1f MiB/s, ETA %d s" % (
         label, done / float(unit), total / float(unit), name, pct, int(p.get("rate_bps") or 0) / float(MIB), int(p.get("eta_s") or 0))

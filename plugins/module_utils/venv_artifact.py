@@ -411,10 +411,12 @@ def write_tar_zst(venv, dest, level):
         return t.wait(), z.wait()
 
 
-def stream_unpack(source_argv, staging, progress=None, interval=1.0, limits=None):
+def stream_unpack(source_argv, staging, progress=None, interval=1.0, limits=None, keep=None):
     """source_argv's stdout (a tar.zst) -> zstd -d -> tar -x into staging, counting bytes and
     calling progress(bytes, seconds, finished) about every interval seconds. limits: (compressed, unpacked)
-    bytes at most (stream_limits); past either, the transfer stops and err says so.
+    bytes at most (stream_limits); past either, the transfer stops and err says so. keep: an open binary file
+    that gets a copy of the compressed bytes as they arrive (the copy a target keeps and serves to the next
+    hosts, docs/scale.md); a write that fails stops the transfer.
     tar runs as root but gives every file to root (--no-same-owner): no owner from the source lands here.
     Returns (bytes, seconds, (source rc, zstd rc, tar rc), source stderr or the reason it stopped)."""
     climit, ulimit = limits or (None, None)
@@ -466,6 +468,14 @@ def stream_unpack(source_argv, staging, progress=None, interval=1.0, limits=None
                 for p in (src, unz, tar):
                     p.kill()
                 break
+            if keep is not None:
+                try:
+                    keep.write(block)
+                except OSError as exc:
+                    over.append("cannot keep a copy of the artifact: %s" % exc)
+                    for p in (src, unz, tar):
+                        p.kill()
+                    break
             unz.stdin.write(block)
             now = time.time()
             if progress and now - last >= interval:

@@ -28,6 +28,18 @@ description:
     doc fragment says how).
   - After the switch the modules in O(import_check) must import with the venv's python, else the
     previous venv is switched back and the task fails.
+  - Fan-out (docs/scale.md). With O(transfer=ssh), a target that verified the artifact keeps it and serves it to the
+    next hosts. While it streams, the compressed bytes also go to C(<artifact_dir>/.incoming-<id>.part) (root's,
+    C(0600)), which the hosts that pull from this one watch grow. Once every file is verified, that file becomes
+    C(<artifact_dir>/<id>.tar.zst) (C(0644)) and the manifest C(<id>.manifest.json) is written last. A readable
+    manifest means ready. The copy is pruned with its venv (O(keep)), so a target holds one compressed artifact
+    beside each venv it keeps.
+  - O(sources) are asked in order. A source with C(wait=true) (this host's parent, which installs in the same run)
+    is waited for while it fetches; it is passed over when it has no copy and fetches none within O(wait_grace)
+    seconds, or when its transfer stands still for O(wait_stall) seconds. An ssh connection that a source's sshd
+    resets or refuses at the start (MaxStartups) is tried again with backoff, then the next source is asked. The
+    manifest from any source must hash to O(artifact_id). The result names the source that served and what each
+    source tried answered.
 options:
   state:
     description: C(present) installs and switches to O(artifact_id); C(rollback) switches back to the previous venv.
@@ -51,10 +63,47 @@ options:
     choices: [ssh, file]
     default: ssh
   ssh_host:
-    description: Source host for O(transfer=ssh).
+    description: Source host for O(transfer=ssh), when O(sources) is not given (the same as one source).
     type: str
+  sources:
+    description:
+      - Hosts to pull from with O(transfer=ssh), in order; M(ddtree.fleet.fanout_sources) gives this host's chain in
+        the fan-out tree. When given, O(ssh_host) is not used.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The host's name, for the result and progress (default O(sources[].address)).
+        type: str
+      address:
+        description: Its address (a hostname or IP; checked like O(ssh_host)).
+        type: str
+        required: true
+      wait:
+        description: It installs in the same run (this host's parent in the tree) - wait while it fetches.
+        type: bool
+        default: false
+  wait_grace:
+    description: Seconds a C(wait=true) source may have neither the artifact nor a transfer under way.
+    type: int
+    default: 60
+  wait_stall:
+    description: Seconds a C(wait=true) source's transfer may stand still.
+    type: int
+    default: 120
+  wait_timeout:
+    description: Seconds to wait for one C(wait=true) source at most.
+    type: int
+    default: 3600
+  connect_timeout:
+    description: Seconds an ssh connection to a source may take to open.
+    type: int
+    default: 10
   artifact_dir:
-    description: Directory of the artifacts on the source host.
+    description:
+      - Directory of the artifacts on the sources. With O(transfer=ssh) also where this host keeps the artifact it
+        installed and serves it (root's, C(0755)).
     type: path
     default: /var/cache/ddtree/venv-artifacts
   artifact_file:
@@ -69,7 +118,9 @@ options:
     elements: str
     default: []
   keep:
-    description: Venvs to keep under C(<prefix>/venvs); the live and the previous one always stay.
+    description:
+      - Venvs to keep under C(<prefix>/venvs); the live and the previous one always stay. The artifact copy this
+        module kept for a venv is removed with it.
     type: int
     default: 3
   progress_file:
@@ -128,6 +179,19 @@ cleaned:
   returned: always
   type: list
   elements: str
+source:
+  description: The source that served the artifact (its name), or null.
+  returned: when a transfer ran over ssh
+  type: str
+tried:
+  description: Each source asked, with its answer (C(NAME - served) for the one that served).
+  returned: with O(transfer=ssh) when the artifact was needed
+  type: list
+  elements: str
+serving:
+  description: This host kept the verified artifact and serves it to the next hosts.
+  returned: when a transfer ran over ssh
+  type: bool
 """
 
 import json
@@ -139,6 +203,7 @@ import stat
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.ddtree.fleet.plugins.module_utils import fanout
 from ansible_collections.ddtree.fleet.plugins.module_utils import peer_ssh
 from ansible_collections.ddtree.fleet.plugins.module_utils import venv_artifact as va
 from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, atomic_write, nearest_existing, require_tools, root_only
@@ -146,6 +211,19 @@ from ansible_collections.ddtree.fleet.plugins.module_utils.fs import switch_link
 
 
 MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+INCOMING = re.compile(r"^\.incoming-[0-9a-f]{16}\.part$")
+PROBE_MAX_BYTES = 256
+
+
+class Refused(Exception):
+    """A source that does not serve: the message is its answer in the result's tried list."""
+
+
+def show(text, limit=200):
+    """The last line of another host's text, fit for a message: printable ASCII, cut short."""
+    lines = [x for x in str(text or "").splitlines() if x.strip()]
+    text = "".join(c if 32 <= ord(c) < 127 else "?" for c in (lines[-1].strip() if lines else ""))
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class Installer:
@@ -193,6 +271,13 @@ class Installer:
                         else:
                             os.unlink(p)
                     cleaned.append(name)
+        adir = self.p["artifact_dir"]
+        if self.p["transfer"] == "ssh" and os.path.isdir(adir) and not os.path.islink(adir):
+            for name in sorted(os.listdir(adir)):
+                if INCOMING.match(name):  # a killed run's copy (root's own name in root's directory)
+                    if not self.m.check_mode:
+                        os.unlink(os.path.join(adir, name))
+                    cleaned.append(name)
         return cleaned
 
     def check_values(self, aid=None):
@@ -203,9 +288,20 @@ class Installer:
                                  "nothing was changed" % (aid,))
         if aid is not None and self.p["transfer"] == "ssh":
             try:
-                peer_ssh.check(self.p, self.p["ssh_host"])
+                if self.p["sources"]:
+                    for n, src in enumerate(self.p["sources"]):
+                        peer_ssh.check(self.p, src["address"], "sources[%d].address" % n)
+                        if src["name"] is not None and (not src["name"] or any(ord(c) < 32 or ord(c) == 127 for c in src["name"])):
+                            raise peer_ssh.BadValue("sources[%d].name %r is empty or holds a control character: set it "
+                                                    "to the host's inventory name" % (n, src["name"]))
+                else:
+                    peer_ssh.check(self.p, self.p["ssh_host"])
             except peer_ssh.BadValue as e:
                 self.m.fail_json(msg="cannot pull artifact %s from the source: %s; nothing was changed" % (aid, e))
+            try:
+                root_only(self.p["artifact_dir"], "the artifact directory (this host keeps and serves the artifact there)")
+            except UnsafePath as e:
+                self.m.fail_json(msg="%s; nothing was changed" % e)
         for mod in self.p["import_check"]:
             if not isinstance(mod, str) or not MODULE_NAME.match(mod):
                 self.m.fail_json(msg="import_check item %r is not a module name (dotted identifiers, as in "
@@ -215,35 +311,19 @@ class Installer:
         except UnsafePath as e:
             self.m.fail_json(msg="%s; nothing was changed" % e)
 
-    # source ------------------------------------------------------------
-    def ssh_argv(self, *remote):
-        return peer_ssh.ssh_argv(self.p, self.p["ssh_host"], remote)
-
-    def source(self):
-        return self.p["manifest_file"] if self.p["transfer"] == "file" else "%s@%s" % (self.p["ssh_user"], self.p["ssh_host"])
-
+    # source (transfer=file) --------------------------------------------
     def read_manifest(self):
-        """The manifest of the artifact, its size capped before it is read and every field checked before use
+        """The manifest of the artifact file, its size capped before it is read and every field checked before use
         (va.check_manifest), and hashing to the artifact id the source's module returned."""
         aid = self.p["artifact_id"]
-        where = "the manifest of artifact %s from %s" % (aid, self.source())
-        if self.p["transfer"] == "file":
-            try:
-                data = va.read_file_capped(self.p["manifest_file"])
-            except OSError as e:
-                self.m.fail_json(msg="cannot read %s: %s; nothing was changed" % (where, e))
-            if data is None:
-                self.m.fail_json(msg="%s is not a regular file of at most %d bytes; nothing was changed: bring the "
-                                     "source's manifest again" % (where, va.MANIFEST_MAX_BYTES))
-        else:
-            rc, data, err = va.run_capped(self.ssh_argv("cat", os.path.join(self.p["artifact_dir"], aid + ".manifest.json")))
-            if data is None:
-                self.m.fail_json(msg="%s: the source sent more than %d bytes, more than any manifest; nothing was changed: "
-                                     "the source's artifact is corrupt or hostile, remove it there and run again"
-                                     % (where, va.MANIFEST_MAX_BYTES))
-            if rc != 0:
-                self.m.fail_json(msg="cannot read manifest %s from %s@%s: %s (host-to-host ssh comes from the base role)"
-                                     % (aid, self.p["ssh_user"], self.p["ssh_host"], err.strip()))
+        where = "the manifest of artifact %s from %s" % (aid, self.p["manifest_file"])
+        try:
+            data = va.read_file_capped(self.p["manifest_file"])
+        except OSError as e:
+            self.m.fail_json(msg="cannot read %s: %s; nothing was changed" % (where, e))
+        if data is None:
+            self.m.fail_json(msg="%s is not a regular file of at most %d bytes; nothing was changed: bring the "
+                                 "source's manifest again" % (where, va.MANIFEST_MAX_BYTES))
         try:
             manifest = va.parse_manifest(data, where)
         except va.BadManifest as e:
@@ -275,12 +355,9 @@ class Installer:
                 "free_bytes": st.f_bavail * st.f_frsize}
 
     def stream(self, staging, manifest):
-        """Source bytes -> zstd -d -> tar -x into staging; progress into progress_file."""
-        if self.p["transfer"] == "file":
-            argv = ["cat", self.p["artifact_file"]]
-        else:
-            argv = self.ssh_argv("cat", os.path.join(self.p["artifact_dir"], self.p["artifact_id"] + ".tar.zst"))
-        return va.stream_unpack(argv, staging, self.progress, limits=va.stream_limits(manifest, self.p["artifact_bytes"]))
+        """The artifact file -> zstd -d -> tar -x into staging; progress into progress_file."""
+        return va.stream_unpack(["cat", self.p["artifact_file"]], staging, self.progress,
+                                limits=va.stream_limits(manifest, self.p["artifact_bytes"]))
 
     def progress(self, done, secs, finished=False):
         write_progress(self.p["progress_file"], done, self.p["artifact_bytes"] or 0, secs, finished=finished)
@@ -297,28 +374,22 @@ class Installer:
         aid = self.p["artifact_id"]
         if not aid:
             self.m.fail_json(msg="artifact_id is required for state=present")
-        need = ["ssh_host"] if self.p["transfer"] == "ssh" else ["artifact_file", "manifest_file"]
+        need = (["ssh_host"] if not self.p["sources"] else []) if self.p["transfer"] == "ssh" else ["artifact_file", "manifest_file"]
         missing = [k for k in need if not self.p[k]]
         if missing:
-            self.m.fail_json(msg="transfer=%s needs %s" % (self.p["transfer"], ", ".join(missing)))
+            self.m.fail_json(msg="transfer=%s needs %s%s" % (self.p["transfer"], ", ".join(missing),
+                                                             " or sources" if self.p["transfer"] == "ssh" else ""))
         self.check_values(aid)
         installed = self.installed()
         live = self.target_of(self.link)
         cleaned = self.clean_leftovers()
         if live and installed.get(aid, {}).get("path") == live:
             return dict(changed=bool(cleaned), path=live, previous=self.target_of(self.prev_link), cleaned=cleaned)
+        if self.p["transfer"] == "ssh":
+            return self.present_ssh(aid, installed, live, cleaned)
 
         manifest = self.read_manifest()
-        path = manifest["venv_path"]
-        if os.path.dirname(path) != self.venvs:
-            self.m.fail_json(msg="the source venv %s is not directly under %s: build serving venvs at %s/<name> on the "
-                                 "source (they run at the same absolute path on every target)" % (path, self.venvs, self.venvs))
-        fails = va.preflight(manifest, self.target_facts(manifest))
-        if fails:
-            self.m.fail_json(msg="venv %s (artifact %s) cannot run here: %s" % (path, aid, "; ".join(fails)))
-        if path == live:
-            self.m.fail_json(msg="%s is live with another artifact (%s): the source venv was changed in place; build "
-                                 "the new venv at a new path under %s and stream that" % (path, self.installed_id(installed, path), self.venvs))
+        path = self.check_artifact(manifest, live, installed)
         diff = {"before": {"venv": live}, "after": {"venv": path}}
         already = installed.get(aid, {}).get("path") == path and os.path.isdir(path)
         if self.m.check_mode:
@@ -326,7 +397,7 @@ class Installer:
 
         result = dict(changed=True, path=path, cleaned=cleaned, diff=diff)
         if not already:
-            require_tools(self.m, *(["zstd", "tar"] + (["ssh"] if self.p["transfer"] == "ssh" else [])))
+            require_tools(self.m, "zstd", "tar")
         os.makedirs(self.venvs, mode=0o755, exist_ok=True)
         self.check_values()  # venvs as it is now, made by root or found
         if not already:
@@ -339,23 +410,63 @@ class Installer:
                 shutil.rmtree(staging)
                 self.m.fail_json(msg="transfer of artifact %s failed (source rc %s, zstd rc %s, tar rc %s): %s; the live "
                                      "venv %s is untouched" % (aid, rcs[0], rcs[1], rcs[2], err or "-", live or "(none)"))
-            unpacked = os.path.join(staging, os.path.relpath(path, "/"))
-            problems = ["unexpected member %s outside the venv's path" % x for x in va.outside_members(staging, unpacked)]
-            if not os.path.isdir(unpacked) or os.path.islink(unpacked):
-                problems.append("nothing unpacked at %s" % path)
-            elif not problems:
-                problems = va.verify_tree(unpacked, manifest)
+            problems = self.unpacked_problems(staging, manifest)
             if problems:
                 shutil.rmtree(staging)
                 self.m.fail_json(msg="artifact %s does not match its manifest: %s; the live venv %s is untouched"
                                      % (aid, "; ".join(problems), live or "(none)"))
-            if os.path.islink(path) or os.path.isfile(path):
-                os.unlink(path)
-            elif os.path.lexists(path):
-                shutil.rmtree(path)  # an old, not live copy of this path
-            os.rename(unpacked, path)
-            shutil.rmtree(staging)
+            self.move_into_place(staging, path)
             result.update(transferred_bytes=done, seconds=round(secs, 2))
+        return self.switch(aid, path, live, installed, result)
+
+    def check_artifact(self, manifest, live, installed, extra_bytes=0):
+        """The venv's path when the artifact (its checked manifest, which hashes to the id: the same from every
+        source) can run here; else the task fails naming why, before anything changes."""
+        aid = self.p["artifact_id"]
+        path = manifest["venv_path"]
+        if os.path.dirname(path) != self.venvs:
+            self.m.fail_json(msg="the source venv %s is not directly under %s: build serving venvs at %s/<name> on the "
+                                 "source (they run at the same absolute path on every target)" % (path, self.venvs, self.venvs))
+        facts = self.target_facts(manifest)
+        fails = va.preflight(manifest, facts)
+        if extra_bytes and not fails:
+            # the copy this host keeps to serve the next hosts (docs/scale.md): beside the venv when on its disk
+            adir = nearest_existing(self.p["artifact_dir"])
+            st = os.statvfs(adir)
+            same = os.stat(adir).st_dev == os.stat(nearest_existing(self.prefix)).st_dev
+            need = extra_bytes + (int(manifest["total_size"] * 1.1) if same else 0)
+            if st.f_bavail * st.f_frsize < need:
+                fails.append("%.1f GiB free under %s, the venv%s and the copy of the artifact this host keeps to serve the "
+                             "next hosts need %.1f GiB: free space" % (st.f_bavail * st.f_frsize / 2.0 ** 30,
+                                                                       self.p["artifact_dir"], "" if same else " is elsewhere",
+                                                                       need / 2.0 ** 30))
+        if fails:
+            self.m.fail_json(msg="venv %s (artifact %s) cannot run here: %s" % (path, aid, "; ".join(fails)))
+        if path == live:
+            self.m.fail_json(msg="%s is live with another artifact (%s): the source venv was changed in place; build "
+                                 "the new venv at a new path under %s and stream that" % (path, self.installed_id(installed, path), self.venvs))
+        return path
+
+    def unpacked_problems(self, staging, manifest):
+        path = manifest["venv_path"]
+        unpacked = os.path.join(staging, os.path.relpath(path, "/"))
+        problems = ["unexpected member %s outside the venv's path" % x for x in va.outside_members(staging, unpacked)]
+        if not os.path.isdir(unpacked) or os.path.islink(unpacked):
+            problems.append("nothing unpacked at %s" % path)
+        elif not problems:
+            problems = va.verify_tree(unpacked, manifest)
+        return problems
+
+    def move_into_place(self, staging, path):
+        unpacked = os.path.join(staging, os.path.relpath(path, "/"))
+        if os.path.islink(path) or os.path.isfile(path):
+            os.unlink(path)
+        elif os.path.lexists(path):
+            shutil.rmtree(path)  # an old, not live copy of this path
+        os.rename(unpacked, path)
+        shutil.rmtree(staging)
+
+    def switch(self, aid, path, live, installed, result, served=False):
         self.point(self.link, path)
         if live and live != path:
             self.point(self.prev_link, live)
@@ -364,10 +475,201 @@ class Installer:
             if live:
                 self.point(self.link, live)
             self.m.fail_json(msg="venv %s: %s; switched back to %s" % (path, bad, live), **result)
-        installed[aid] = {"path": path, "installed": time.time()}
+        installed[aid] = dict(installed.get(aid, {}), path=path, installed=time.time())
+        if served:
+            installed[aid]["served"] = True
         self.save_installed(self.prune(installed, path))
         result["previous"] = self.target_of(self.prev_link)
         return result
+
+    # sources (transfer=ssh) -------------------------------------------
+    def sources(self):
+        if self.p["sources"]:
+            return [{"name": s["name"] or s["address"], "address": s["address"], "wait": bool(s["wait"])}
+                    for s in self.p["sources"]]
+        return [{"name": self.p["ssh_host"], "address": self.p["ssh_host"], "wait": False}]
+
+    def ssh_to(self, address, *remote):
+        return peer_ssh.ssh_argv(self.p, address, remote, connect_timeout=self.p["connect_timeout"])
+
+    def artifact_paths(self):
+        """(artifact, manifest, incoming) in artifact_dir: the same names on every host."""
+        adir, aid = self.p["artifact_dir"], self.p["artifact_id"]
+        return (os.path.join(adir, aid + ".tar.zst"), os.path.join(adir, aid + ".manifest.json"),
+                os.path.join(adir, ".incoming-%s.part" % aid))
+
+    def manifest_from(self, src):
+        """The checked manifest from src, hashing to the artifact id; a reset at the connection's start is tried
+        again (fanout.retry). Raises Refused."""
+        aid = self.p["artifact_id"]
+        argv = self.ssh_to(src["address"], "cat", self.artifact_paths()[1])
+
+        def read():
+            rc, data, err = va.run_capped(argv, timeout=self.p["connect_timeout"] + 300)
+            if data is None:
+                raise Refused("it sent more than %d bytes as the manifest, more than any manifest" % va.MANIFEST_MAX_BYTES)
+            if rc != 0:
+                raise Refused("cannot read its manifest: %s" % (show(err) or "rc %d" % rc))
+            return data
+        data = fanout.retry(read)[0]
+        try:
+            manifest = va.parse_manifest(data, "its manifest")
+        except va.BadManifest as e:
+            raise Refused("%s: it is corrupt or hostile" % e)
+        if va.manifest_id(manifest) != aid:
+            raise Refused("its manifest does not hash to the artifact id (%s): it is corrupt or hostile" % va.manifest_id(manifest))
+        return manifest
+
+    def wait_for(self, src, part):
+        """A source that installs in this run too (wait: true, the fan-out's parent): wait while it fetches, until its
+        manifest is readable. While waiting, this host's own incoming copy shows the parent's progress (a sparse file
+        of that size, no bytes), so the hosts that wait for this one keep waiting while the chain above fetches.
+        Raises Refused when it has no copy and fetches none past wait_grace, or stalls past wait_stall."""
+        _art, man, incoming = self.artifact_paths()
+        argv = self.ssh_to(src["address"], "sh", "-c", fanout.PROBE, "probe", man, incoming)
+        start = time.time()
+
+        def probe():
+            rc, out, err = va.run_capped(argv, limit=PROBE_MAX_BYTES, timeout=self.p["connect_timeout"] + 30)
+            if out is None:
+                raise Refused("its readiness probe answered more than %d bytes" % PROBE_MAX_BYTES)
+            if rc != 0:
+                if fanout.transient(err):
+                    return "absent", None
+                raise Refused("unreachable (%s)" % (show(err) or "rc %d" % rc))
+            words = out.decode("ascii", "replace").split()
+            if words == ["ready"]:
+                return "ready", None
+            if len(words) == 2 and words[0] == "progress" and words[1].isdigit():
+                return "progress", int(words[1])
+            return "absent", None
+
+        def report(state, got):
+            got = got if state == "progress" else 0
+            if part is not None and got is not None:
+                part.truncate(got)
+            if self.p["progress_file"]:
+                atomic_write(self.p["progress_file"], json.dumps({
+                    "bytes": got or 0, "total": self.p["artifact_bytes"] or 0, "seconds": round(time.time() - start, 1),
+                    "rate_bps": 0, "eta_s": 0, "finished": False, "waiting_for": src["name"], "state": state}))
+        ok, why = fanout.wait_ready(probe, timeout=self.p["wait_timeout"], grace=self.p["wait_grace"],
+                                    stall=self.p["wait_stall"], report=report)
+        if not ok:
+            raise Refused("not waited for: %s" % why)
+
+    def stream_from(self, src, manifest, staging, part):
+        """The artifact from src unpacked into staging (0700, made anew for each try) and copied into part, then
+        verified against the manifest. A reset at the connection's start (nothing received) is tried again with
+        backoff; any other failure raises Refused. Returns (bytes, seconds)."""
+        aid = self.p["artifact_id"]
+        argv = self.ssh_to(src["address"], "cat", self.artifact_paths()[0])
+
+        def attempt():
+            if os.path.lexists(staging):
+                shutil.rmtree(staging)
+            os.mkdir(staging, 0o700)
+            part.seek(0)
+            part.truncate(0)
+            done, secs, rcs, err = va.stream_unpack(argv, staging, self.progress, keep=part,
+                                                    limits=va.stream_limits(manifest, self.p["artifact_bytes"]))
+            if any(rcs) and done == 0 and fanout.transient(err):
+                raise Refused("cannot connect: %s" % show(err))  # at the start: tried again (fanout.retry)
+            return done, secs, rcs, err
+        try:
+            done, secs, rcs, err = fanout.retry(attempt)[0]
+        except Refused:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        if any(rcs):
+            shutil.rmtree(staging)
+            raise Refused("transfer of artifact %s failed (source rc %s, zstd rc %s, tar rc %s): %s"
+                          % (aid, rcs[0], rcs[1], rcs[2], show(err) or "-"))
+        problems = self.unpacked_problems(staging, manifest)
+        if problems:
+            shutil.rmtree(staging)
+            raise Refused("artifact %s does not match its manifest: %s" % (aid, "; ".join(problems)))
+        return done, secs
+
+    def publish(self, part, manifest):
+        """The verified copy becomes <id>.tar.zst (0644) and the manifest is written last: readable means ready."""
+        art, man, incoming = self.artifact_paths()
+        part.flush()
+        os.fsync(part.fileno())
+        part.close()
+        os.chmod(incoming, 0o644)
+        os.replace(incoming, art)
+        atomic_write(man, json.dumps(manifest, sort_keys=True), mode=0o644)
+
+    def present_ssh(self, aid, installed, live, cleaned):
+        srcs = self.sources()
+        tried = []
+        known = installed.get(aid, {}).get("path")
+        if known and os.path.dirname(known) == self.venvs and os.path.isdir(known) and not os.path.islink(known):
+            # installed and verified by an earlier run (then rolled back from): switched to, nothing fetched
+            diff = {"before": {"venv": live}, "after": {"venv": known}}
+            if self.m.check_mode:
+                return dict(changed=True, path=known, previous=live, cleaned=cleaned, diff=diff)
+            self.check_values()
+            return self.switch(aid, known, live, installed, dict(changed=True, path=known, cleaned=cleaned, diff=diff))
+        if self.m.check_mode:
+            # a dry run waits for nobody: the sources that hold the artifact now first
+            for src in [s for s in srcs if not s["wait"]] + [s for s in srcs if s["wait"]]:
+                try:
+                    manifest = self.manifest_from(src)
+                except Refused as e:
+                    tried.append("%s: %s" % (src["name"], e))
+                    continue
+                path = self.check_artifact(manifest, live, installed)
+                tried.append("%s: has it" % src["name"])
+                return dict(changed=True, path=path, previous=live, cleaned=cleaned, tried=tried,
+                            diff={"before": {"venv": live}, "after": {"venv": path}})
+            self.m.fail_json(msg="cannot read the manifest of artifact %s from any source (host-to-host ssh comes from the "
+                                 "base role): %s" % (aid, "; ".join(tried)), tried=tried)
+
+        require_tools(self.m, "zstd", "tar", "ssh")
+        os.makedirs(self.venvs, mode=0o755, exist_ok=True)
+        os.makedirs(self.p["artifact_dir"], mode=0o755, exist_ok=True)
+        self.check_values()  # venvs and the artifact directory as they are now, made by root or found
+        try:
+            root_only(self.p["artifact_dir"], "the artifact directory")
+        except UnsafePath as e:
+            self.m.fail_json(msg="%s; nothing was changed" % e)
+        incoming = self.artifact_paths()[2]
+        staging = os.path.join(self.venvs, ".staging-" + aid)
+        # root's (0600) in root's directory, from the start: the hosts that wait for this one see it (fanout.PROBE)
+        fd = os.open(incoming, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        part = os.fdopen(fd, "wb")
+        manifest = served = None
+        try:
+            for src in srcs:
+                try:
+                    if src["wait"]:
+                        self.wait_for(src, part)
+                    got = self.manifest_from(src)
+                    if manifest is None:
+                        self.check_artifact(got, live, installed, extra_bytes=self.p["artifact_bytes"])
+                    manifest = got
+                    done, secs = self.stream_from(src, manifest, staging, part)
+                except Refused as e:
+                    tried.append("%s: %s" % (src["name"], e))
+                    continue
+                tried.append("%s: served" % src["name"])
+                served = src["name"]
+                break
+            if served is None:
+                self.m.fail_json(msg="artifact %s: no source could serve it (%s); the live venv %s is untouched"
+                                     % (aid, "; ".join(tried) or "no sources", live or "(none)"), tried=tried)
+            path = manifest["venv_path"]
+            self.move_into_place(staging, path)
+            self.publish(part, manifest)
+        finally:
+            if not part.closed:
+                part.close()
+                if os.path.lexists(incoming):
+                    os.unlink(incoming)
+        result = dict(changed=True, path=path, cleaned=cleaned, diff={"before": {"venv": live}, "after": {"venv": path}},
+                      transferred_bytes=done, seconds=round(secs, 2), source=served, tried=tried, serving=True)
+        return self.switch(aid, path, live, installed, result, served=True)
 
     @staticmethod
     def installed_id(installed, path):
@@ -380,8 +682,15 @@ class Installer:
         for n, (aid, info) in enumerate(ordered):
             if info["path"] in keep or n < self.p["keep"]:
                 out[aid] = info
-            elif os.path.dirname(info["path"]) == self.venvs and os.path.isdir(info["path"]) and not os.path.islink(info["path"]):
-                shutil.rmtree(info["path"])
+            else:
+                if os.path.dirname(info["path"]) == self.venvs and os.path.isdir(info["path"]) and not os.path.islink(info["path"]):
+                    shutil.rmtree(info["path"])
+                if info.get("served") and va.ID.match(aid):
+                    # the copy this module kept: the manifest first (no longer ready), then the artifact
+                    for suffix in (".manifest.json", ".tar.zst"):
+                        p = os.path.join(self.p["artifact_dir"], aid + suffix)
+                        if os.path.lexists(p):
+                            os.unlink(p)
         return out
 
     def rollback(self):
@@ -410,6 +719,12 @@ def main():
             artifact_bytes=dict(type="int", default=0),
             transfer=dict(type="str", choices=["ssh", "file"], default="ssh"),
             ssh_host=dict(type="str"),
+            sources=dict(type="list", elements="dict", default=[], options=dict(
+                name=dict(type="str"), address=dict(type="str", required=True), wait=dict(type="bool", default=False))),
+            wait_grace=dict(type="int", default=60),
+            wait_stall=dict(type="int", default=120),
+            wait_timeout=dict(type="int", default=3600),
+            connect_timeout=dict(type="int", default=10),
             artifact_dir=dict(type="path", default="/var/cache/ddtree/venv-artifacts"),
             artifact_file=dict(type="path"),
             manifest_file=dict(type="path"),

@@ -75,3 +75,11 @@ def test_the_jobs_failure_is_the_tasks(tmp_path):
 def test_timeout_gives_up_and_says_so(tmp_path):
     r, _out = play(tmp_path, secs=8, rc=0, interval=0.5, timeout=1)
     assert r["failed"] is True and r["finished"] is False and "did not end within 1 s" in r["msg"]
+
+
+def test_progress_line_while_the_job_waits_for_its_parent():
+    """venv_install waits for the host it pulls from (the fan-out's parent) and says so."""
+    assert jw.progress_line("venv 0123", {"bytes": 0, "total": 2 * 2 ** 30, "waiting_for": "b300-2", "state": "absent"}) == (
+        "venv 0123: waiting for b300-2 (it has no copy yet)")
+    assert jw.progress_line("venv 0123", {"bytes": 2 ** 30, "total": 2 * 2 ** 30, "waiting_for": "b300-2", "state": "progress"}) == (
+        "venv 0123: waiting for b300-2 (it has 1.00 of 2.00 GiB)")
