@@ -24,6 +24,10 @@ def playbook(path, *extra, limit="all", inventory=None):
     env.setdefault("DDTREE_REPORT_DIR", str(Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"))
     p = subprocess.run(argv, cwd=PROJECT, env=env, capture_output=True, text=True, check=False)
     p.text = " ".join(p.stdout.split())
+    log = os.environ.get("DDTREE_PLAYBOOK_LOG")
+    if log:  # scripts/test reads it for deprecation warnings from this collection, with the scenario's log
+        with open(log, "a") as f:
+            f.write("### %s\n%s\n%s\n" % (" ".join(argv), p.stdout, p.stderr))
     return p
 
 

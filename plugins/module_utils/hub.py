@@ -15,9 +15,9 @@ import os
 import re
 import subprocess
 import time
+from urllib.error import HTTPError
+from urllib.parse import quote, urljoin, urlparse
 
-from ansible.module_utils.six.moves.urllib.error import HTTPError
-from ansible.module_utils.six.moves.urllib.parse import quote, urljoin, urlparse
 from ansible.module_utils.urls import open_url
 from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, safe_relpath
 

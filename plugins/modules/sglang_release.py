@@ -123,9 +123,9 @@ import json
 import os
 import shutil
 import time
+from shlex import quote as shlex_quote
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.six.moves import shlex_quote
 from ansible_collections.ddtree.fleet.plugins.module_utils.fs import atomic_write, switch_link
 from ansible_collections.ddtree.fleet.plugins.module_utils.sglang_patch import STAMP
 

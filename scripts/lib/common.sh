@@ -47,17 +47,77 @@ ensure_apt() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# The controller venv, keyed on the pinned requirements. Venvs are not relocatable, so it is
-# built in place and marked complete last: an interrupted build is never taken for a ready one.
-ensure_venv() {
-  local req=$DDTREE_ROOT/requirements/controller.txt key venv
-  key=$(hash_files "$req")
+# The controller's Python: ansible-core 2.20+ runs on Python 3.12+ on the controller (managed hosts
+# keep their own: Debian 12's 3.11 is a supported target). The distribution's python3 where it is
+# new enough (Debian 13, Ubuntu 24.04), else python3.13 / python3.12 on PATH; a pyenv shim answers
+# only for the version pyenv has selected, so an installed pyenv version that has the command is
+# asked for by name (PYENV_VERSION). Prints the interpreter's real path; with venv and ensurepip
+# (Debian splits them into pythonX.Y-venv), since the venv is built from it.
+DDTREE_CONTROLLER_PYTHON_MIN=3.12
+controller_python() {
+  local c v probe='import sys, venv, ensurepip; sys.version_info >= (3, 12) and print(sys.executable)' exe
+  for c in /usr/bin/python3 python3.13 python3.12; do
+    command -v "$c" >/dev/null 2>&1 || continue
+    exe=$("$c" -c "$probe" 2>/dev/null) || exe=
+    if [ -z "$exe" ] && command -v pyenv >/dev/null 2>&1 && [ "$c" != /usr/bin/python3 ]; then
+      for v in $(pyenv whence "$c" 2>/dev/null | sort -rV); do
+        exe=$(PYENV_VERSION=$v "$c" -c "$probe" 2>/dev/null) && [ -n "$exe" ] && break
+      done
+    fi
+    [ -n "$exe" ] && { echo "$exe"; return 0; }
+  done
+  return 1
+}
+
+# Where no Python >= 3.12 exists (Debian 12: bookworm, its updates, security and backports carry only
+# 3.11), one is built once from Debian 13's python3.13 source package: fetched with apt from Debian's own
+# archive (the Sources index verified against Debian's archive keyring, the tarball against the index),
+# through a private apt state that changes nothing in the system's sources, and compiled into the cache
+# (about five minutes on two cores). DDTREE_BUILD_PYTHON=0 turns this off. Prints the interpreter's path.
+DDTREE_PYTHON_SRC_SUITE=${DDTREE_PYTHON_SRC_SUITE:-trixie}
+build_python() {
+  local dir=$DDTREE_CACHE/python3.13 work=$DDTREE_CACHE/python3.13-src tarball
+  if [ -e "$dir/.ddtree-complete" ]; then echo "$dir/bin/python3.13"; return 0; fi
+  [ "${DDTREE_BUILD_PYTHON:-1}" = 1 ] || return 1
+  log "python: no Python >= $DDTREE_CONTROLLER_PYTHON_MIN here; building 3.13 from Debian's $DDTREE_PYTHON_SRC_SUITE python3.13 source package into $dir (once, a few minutes; log $work/build.log)"
+  rm -rf "$dir" "$work"
+  mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends build-essential libssl-dev zlib1g-dev \
+    libffi-dev libsqlite3-dev libbz2-dev liblzma-dev libreadline-dev libncurses-dev uuid-dev >"$work/build.log" 2>&1 || {
+    tail -5 "$work/build.log" >&2; return 1; }
+  echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $DDTREE_PYTHON_SRC_SUITE main" \
+    >"$work/sources.list"
+  local apt=(apt-get -q -o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o APT::Sandbox::User=root)
+  { "${apt[@]}" update && (cd "$work" && "${apt[@]}" source --download-only python3.13); } >>"$work/build.log" 2>&1 || {
+    tail -5 "$work/build.log" >&2; return 1; }
+  tarball=$(ls "$work"/python3.13_*.orig.tar.xz 2>/dev/null | head -1)
+  [ -n "$tarball" ] || return 1
+  tar -C "$work" -xJf "$tarball" &&
+    (cd "$work"/Python-3.13.* && ./configure --prefix="$dir" --with-ensurepip=install && make -j"$(nproc)" && make install) \
+    >>"$work/build.log" 2>&1 || { tail -5 "$work/build.log" >&2; return 1; }
+  "$dir/bin/python3.13" -c 'import ssl, sqlite3, ctypes, lzma, bz2, venv, ensurepip' || return 1
+  touch "$dir/.ddtree-complete"
+  rm -rf "$work"/Python-3.13.*
+  echo "$dir/bin/python3.13"
+}
+
+# A venv keyed on a pinned requirements file and the interpreter's version. Venvs are not
+# relocatable, so it is built in place and marked complete last: an interrupted build is never
+# taken for a ready one. build_venv REQUIREMENTS prints the venv's path.
+build_venv() {
+  local req=$1 py key venv
+  py=${DDTREE_CONTROLLER_PYTHON:-$(controller_python || build_python)} ||
+    die "venv: the controller needs Python >= $DDTREE_CONTROLLER_PYTHON_MIN for ansible-core 2.20+, and neither python3 ($(/usr/bin/python3 -V 2>&1 || echo none)) nor python3.13 nor python3.12 is one, and building 3.13 from Debian's source package did not work (above; DDTREE_BUILD_PYTHON=0 skips it): install python3.13 or python3.12 with its venv module (Debian 13 and Ubuntu 24.04 ship one as python3) and rerun"
+  "$py" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null ||
+    die "venv: $py is not a Python >= $DDTREE_CONTROLLER_PYTHON_MIN (DDTREE_CONTROLLER_PYTHON names the controller's interpreter)"
+  key=$( { cat "$req"; "$py" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-12)
   venv=$DDTREE_CACHE/venv-$key
   if [ ! -e "$venv/.ddtree-complete" ]; then
-    log "venv: building $venv from requirements/controller.txt"
+    log "venv: building $venv from ${req#"$DDTREE_ROOT"/} with $py ($("$py" -V 2>&1))"
     rm -rf "$venv"
     mkdir -p "$DDTREE_CACHE"
-    /usr/bin/python3 -m venv "$venv"
+    "$py" -m venv "$venv" || die "venv: $py -m venv $venv failed"
     if ! { "$venv/bin/pip" install -q --upgrade pip && "$venv/bin/pip" install -q -r "$req"; } \
         >"$DDTREE_CACHE/pip-$key.log" 2>&1; then
       grep -v 'is ignored' "$DDTREE_CACHE/pip-$key.log" | tail -20 >&2
@@ -65,8 +125,36 @@ ensure_venv() {
     fi
     touch "$venv/.ddtree-complete"
   fi
+  echo "$venv"
+}
+
+# The controller venv: requirements/controller.txt, the pinned (newest supported) ansible-core that
+# everything runs on. DDTREE_CONTROLLER_PYTHON names an interpreter to use instead of the search.
+ensure_venv() {
+  local venv
+  venv=$(build_venv "$DDTREE_ROOT/requirements/controller.txt")
   export VIRTUAL_ENV=$venv
   export PATH=$venv/bin:$PATH
+}
+
+# The other supported ansible-core releases, each a small venv of requirements/controller-X.Y.txt
+# (ansible-core X.Y and what sanity and the unit tests need): scripts/test runs sanity and unit on
+# each. core_venv X.Y prints the venv's path, building it once per content of its file.
+core_venv() {
+  local req=$DDTREE_ROOT/requirements/controller-$1.txt
+  [ -f "$req" ] || die "no requirements/controller-$1.txt (the supported cores: $(supported_cores | tr '\n' ' '))"
+  build_venv "$req"
+}
+
+# Every ansible-core release the collection supports (X.Y), the pinned one first.
+supported_cores() {
+  local f
+  sed -n 's/^ansible-core==\([0-9]*\.[0-9]*\)\..*/\1/p' "$DDTREE_ROOT/requirements/controller.txt"
+  for f in "$DDTREE_ROOT"/requirements/controller-*.txt; do
+    [ -e "$f" ] || continue
+    f=${f##*/controller-}
+    echo "${f%.txt}"
+  done
 }
 
 # The test-host image, tagged with a hash of its recipe: exists in podman → nothing to do;
@@ -185,6 +273,6 @@ bootstrap() {
   ensure_ssh_key
   ensure_wheels wheelhouse tests/venv/requirements.txt DDTREE_WHEELHOUSE              # the test serving venv
   ensure_wheels cuda-wheelhouse tests/cuda/requirements.txt DDTREE_CUDA_WHEELHOUSE     # CUDA 13.0 (~165 MB)
-  ensure_wheels router-wheelhouse tests/router/requirements.txt DDTREE_ROUTER_WHEELHOUSE # sglang-router (~36 MB)
+  ensure_wheels router-wheelhouse tests/router/requirements.txt DDTREE_ROUTER_WHEELHOUSE # smg 1.13.0 (~45 MB)
   ensure_prometheus                                                                     # Debian's, unpacked (~19 MB)
 }

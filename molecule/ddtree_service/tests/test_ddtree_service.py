@@ -279,7 +279,10 @@ def test_removed_flag_is_refused(host):
     assert r.returncode != 0 and "argparse would call it ambiguous" in r.text, r.text
 
 
-def test_bench_measures_baseline_and_speculative_and_restores(host, tmp_path, monkeypatch):
+def test_bench_measures_baseline_and_speculative_and_restores(host, tmp_path, monkeypatch, request):
+    """What the bench does, not how fast this machine is: both phases measured on the release of their
+    mode, the figures recorded on the host and in bench.json, the configured release restored. The
+    speed ratio is reported (the scenario's log), never asserted: it depends on the machine's load."""
     if name(host) != "svc-b300":
         pytest.skip("driven once, from svc-b300")
     before = current(host, "main")
@@ -290,11 +293,15 @@ def test_bench_measures_baseline_and_speculative_and_restores(host, tmp_path, mo
     assert r.returncode == 0, r.text
     row = json.loads((tmp_path / "bench.json").read_text())["hosts"]["svc-b300"]
     assert [lv["concurrency"] for lv in row["levels"]] == [1, 4] and row["algorithm"] == "DFLASH"
+    assert sorted(row["modes"]) == ["none", "speculative"]
+    for mode in ("none", "speculative"):  # each phase ran every request to the end, at each concurrency
+        assert [m["concurrency"] for m in row["modes"][mode]] == [1, 4], row["modes"][mode]
+        assert all(m["output_tokens"] == 4 * 48 and m["output_tok_per_s"] > 0 for m in row["modes"][mode])
     for lv in row["levels"]:
-        assert lv["baseline_tok_s"] > 0 and lv["speculative_tok_s"] > lv["baseline_tok_s"]
-        assert lv["accept_length"] == 3.4 and lv["ttft_ms"] > 0
-    assert row["levels"][0]["speedup"] > 1.5  # the stand-in decodes 2.15x faster with a speculative algorithm
-    assert all(m["output_tokens"] == 4 * 48 for m in row["modes"]["none"])
+        assert lv["baseline_tok_s"] > 0 and lv["speculative_tok_s"] > 0 and lv["ttft_ms"] > 0
+        assert lv["accept_length"] == 3.4  # the speculative phase ran against the speculative release
+    # recorded on the host for the rollout's bench gate: the same row
+    assert json.loads(host.file("/var/lib/ddtree/bench.json").content_string) == row
     assert current(host, "main") == before  # the configured release serves again
     assert json.loads(http(host, 30000, "/server_info")[1])["speculative_algorithm"] == "DFLASH"
     rep = playbook("playbooks/report.yml", limit=None)
@@ -302,6 +309,13 @@ def test_bench_measures_baseline_and_speculative_and_restores(host, tmp_path, mo
     md = (tmp_path / "fleet.md").read_text()
     # the stand-in's venv has no importable sglang.bench_serving: the built-in generator measured
     assert row["engine"] == "builtin" and "| svc-b300 | b300 | DFLASH | builtin | 1 |" in md
+    # the speed ratio, reported only (the stand-in sleeps 2.15x less per token when speculating; under load
+    # the measured ratio is anything): benchmarks/ is where speed is judged
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("bench (report only, not asserted): " + "; ".join(
+            "c=%d %.1f -> %.1f tok/s (%sx)" % (lv["concurrency"], lv["baseline_tok_s"], lv["speculative_tok_s"], lv["speedup"])
+            for lv in row["levels"]))
 
 
 def test_second_run_and_check_mode_change_nothing(host):

@@ -14,6 +14,7 @@ class Server:
     def __init__(self, fail=lambda n: False):
         self.n = 0
         self.bodies = []
+        self.answered = threading.Event()  # set once a request was answered: the probe is running
         lock = threading.Lock()
         outer = self
 
@@ -37,6 +38,7 @@ class Server:
                 self.send_header("Content-Length", str(len(out)))
                 self.end_headers()
                 self.wfile.write(out)
+                outer.answered.set()
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
@@ -77,9 +79,18 @@ def test_the_stop_signal_ends_it(run_module, server, tmp_path):
     state = tmp_path / "probe"
     state.mkdir()
     (state / "stop").write_text("")  # a stale signal from an earlier rollout is cleared at the start
-    threading.Timer(2.0, lambda: (state / "stop").write_text("")).start()
-    r = run_module("load_probe", url=s.url, max_seconds=60, state_dir=str(state))
-    assert r["stopped_by"] == "stop" and r["ok"] > 0 and r["seconds"] < 30, r
+
+    def signal_once_running():
+        # not on a timer: however long the module takes to start, the signal comes after the probe
+        # cleared the stale one and a request was answered (bounded: the probe ends by itself at 120 s)
+        if s.answered.wait(timeout=110):
+            (state / "stop").write_text("")
+    signaller = threading.Thread(target=signal_once_running, daemon=True)
+    signaller.start()
+    r = run_module("load_probe", url=s.url, max_seconds=120, state_dir=str(state))
+    signaller.join(timeout=5)
+    # ok > 0: the stale signal was cleared (else it stops before the first request); stop: it obeyed the new one
+    assert r["stopped_by"] == "stop" and r["ok"] > 0 and r["failed_requests"] == 0, r
 
 
 def test_failed_requests_fail_it_with_the_counts_and_the_first_reason(run_module, server, tmp_path):
