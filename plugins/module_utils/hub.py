@@ -206,7 +206,8 @@ def manifest_text(manifest):
 def run_with_progress(argv, tick, interval=1.0):
     """Run argv (output discarded but stderr), calling tick() every interval seconds; (rc, stderr)."""
     with open(os.devnull, "wb") as devnull:
-        proc = subprocess.Popen(argv, stdout=devnull, stderr=subprocess.PIPE)
+        # not run_command: aria2c runs while progress is printed every second: run_command waits to the end
+        proc = subprocess.Popen(argv, stdout=devnull, stderr=subprocess.PIPE)  # pylint: disable=ansible-bad-function
         while proc.poll() is None:
             tick()
             time.sleep(interval)

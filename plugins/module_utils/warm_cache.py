@@ -643,7 +643,8 @@ def fetch(argv, timeout, cap, dest=None):
     Raise Refused (with the last line of the other side's error)."""
     deadline = time.time() + timeout
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
+        # not run_command: a peer's stream read with a byte cap and a deadline: run_command reads it all
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)  # pylint: disable=ansible-bad-function
         got, chunks, why = 0, [], None
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ)

@@ -237,7 +237,8 @@ class NvidiaSmi:
         self.calls += 1
         env = dict(os.environ, LC_ALL="C", LANG="C")
         try:
-            p = subprocess.run([self.path] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            # not run_command: nvidia-smi with a timeout (a hung GPU must not hang the play): run_command has none
+            p = subprocess.run([self.path] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,  # pylint: disable=ansible-bad-function
                                env=env, timeout=self.timeout, check=False)
         except subprocess.TimeoutExpired:
             return 124, "nvidia-smi %s timed out after %ss" % (" ".join(args), self.timeout)
@@ -310,7 +311,7 @@ def fabric_manager(systemctl):
     installed = any(os.path.exists(p) for p in FABRIC_MANAGER_UNITS)
     active = None
     if installed and systemctl:
-        p = subprocess.run([systemctl, "is-active", "--quiet", "nvidia-fabricmanager.service"], check=False,
+        p = subprocess.run([systemctl, "is-active", "--quiet", "nvidia-fabricmanager.service"], check=False,  # pylint: disable=ansible-bad-function
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         active = p.returncode == 0
     return {"manager_installed": installed, "manager_active": active if installed else False}
