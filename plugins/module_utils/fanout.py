@@ -24,6 +24,12 @@ import time
 ROOT_FANOUT = 2
 FANOUT = 4
 
+# the options of a module that waits for a parent (documented by the doc fragment ddtree.fleet.fanout)
+ARGUMENT_SPEC = dict(
+    wait_grace=dict(type="int", default=60),
+    wait_stall=dict(type="int", default=120),
+)
+
 # what ssh says when the other side drops a connection before it is authenticated: sshd's MaxStartups
 # (10:30:100 by default) resets the excess, a restarting sshd refuses; all are worth another try later
 TRANSIENT = ("kex_exchange_identification", "Connection reset by peer", "ssh_exchange_identification",

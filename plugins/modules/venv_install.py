@@ -84,14 +84,6 @@ options:
         description: It installs in the same run (this host's parent in the tree) - wait while it fetches.
         type: bool
         default: false
-  wait_grace:
-    description: Seconds a C(wait=true) source may have neither the artifact nor a transfer under way.
-    type: int
-    default: 60
-  wait_stall:
-    description: Seconds a C(wait=true) source's transfer may stand still.
-    type: int
-    default: 120
   wait_timeout:
     description: Seconds to wait for one C(wait=true) source at most.
     type: int
@@ -135,6 +127,7 @@ attributes:
     description: Shows the symlink target before and after.
 extends_documentation_fragment:
   - ddtree.fleet.peer_ssh
+  - ddtree.fleet.fanout
 author:
   - ddtree.fleet developers (@ddtree)
 """
@@ -721,8 +714,6 @@ def main():
             ssh_host=dict(type="str"),
             sources=dict(type="list", elements="dict", default=[], options=dict(
                 name=dict(type="str"), address=dict(type="str", required=True), wait=dict(type="bool", default=False))),
-            wait_grace=dict(type="int", default=60),
-            wait_stall=dict(type="int", default=120),
             wait_timeout=dict(type="int", default=3600),
             connect_timeout=dict(type="int", default=10),
             artifact_dir=dict(type="path", default="/var/cache/ddtree/venv-artifacts"),
@@ -731,7 +722,7 @@ def main():
             import_check=dict(type="list", elements="str", default=[]),
             keep=dict(type="int", default=3),
             progress_file=dict(type="path"),
-            **peer_ssh.ARGUMENT_SPEC
+            **dict(peer_ssh.ARGUMENT_SPEC, **fanout.ARGUMENT_SPEC)
         ),
         supports_check_mode=True,
     )

@@ -30,6 +30,7 @@ description:
     the index, and prunes keys beyond O(keep).
 extends_documentation_fragment:
   - ddtree.fleet.peer_ssh
+  - ddtree.fleet.fanout
 author:
   - ddtree.fleet developers (@ddtree)
 options:
@@ -77,14 +78,6 @@ options:
     type: list
     elements: dict
     default: []
-  wait_grace:
-    description: Seconds a C(wait=true) source may have neither a copy nor a transfer under way.
-    type: int
-    default: 60
-  wait_stall:
-    description: Seconds a C(wait=true) source's transfer may stand still.
-    type: int
-    default: 120
   peer_root:
     description: The store's path on the sources (default O(root)).
     type: path
@@ -493,8 +486,6 @@ def main():
             patch_stamp=dict(type="str", default=".ddtree/sglang-patch.json"),
             key=dict(type="dict", no_log=False),
             sources=dict(type="list", elements="dict", default=[]),
-            wait_grace=dict(type="int", default=60),
-            wait_stall=dict(type="int", default=120),
             peer_root=dict(type="path"),
             connect_timeout=dict(type="int", default=10),
             transfer_timeout=dict(type="int", default=1800),
@@ -503,7 +494,7 @@ def main():
             group=dict(type="str", default="ddtree"),
             keep=dict(type="int", default=3),
             host=dict(type="str", default=""),
-            **peer_ssh.ARGUMENT_SPEC
+            **dict(peer_ssh.ARGUMENT_SPEC, **fanout.ARGUMENT_SPEC)
         ),
         required_if=[("state", "key", ["venv"]), ("state", "restore", ["key"]), ("state", "pack", ["key"])],
         supports_check_mode=True,
