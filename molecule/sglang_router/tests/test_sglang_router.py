@@ -1,7 +1,9 @@
-"""Verify sglang_router: the real router runs under systemd as the service user with the fleet's
-workers (every instance of every GPU host, by address), routes requests to them, the two real
-servers included, and a run limited to the router (or to one worker) keeps every worker. A rollout
-then cycles both real servers behind it while a request probe runs through it: no request fails."""
+"""Verify sglang_router: the real smg 1.13 gateway (from its wheel) runs under systemd as the service user
+with the fleet's workers (every instance of every GPU host, by address), is live and ready on its own
+health endpoints, routes requests to them, the two real servers included, and a run limited to the
+router (or to one worker) keeps every worker. A rollout then cycles both real servers behind it while a
+request probe runs through it: each drain goes through the gateway's drain state and ends with the
+in-flight count at 0, and no request fails."""
 import glob
 import json
 import os
@@ -31,10 +33,23 @@ def test_router_runs_pinned_as_the_service_user(host):
     svc = host.service("ddtree-sglang-router.service")
     assert svc.is_running and svc.is_enabled
     assert host.check_output("systemctl show -p User --value ddtree-sglang-router.service") == "ddtree"
-    version = host.check_output("/opt/ddtree/router-venv/bin/python -c \"import importlib.metadata as m; "
-                                "print(m.version('sglang-router'))\"")
-    assert version == "0.3.2"
+    versions = json.loads(host.check_output(
+        "/opt/ddtree/router-venv/bin/python -c \"import importlib.metadata as m, json; "
+        "print(json.dumps(sorted((d.metadata['Name'].lower(), d.version) for d in m.distributions())))\""))
+    assert ["smg", "1.13.0"] in versions and not [v for v in versions if v[0] == "sglang-router"], versions
+    assert host.check_output("/opt/ddtree/router-venv/bin/smg --version").strip().endswith("1.13.0")
+    cmd = host.check_output("systemctl show -p ExecStart --value ddtree-sglang-router.service")
+    assert "-m smg launch" in cmd and "--max-concurrent-requests 0" in cmd and "--mini-lb" not in cmd, cmd
     assert host.socket("tcp://0.0.0.0:30080").is_listening
+
+
+def test_the_gateway_is_live_and_ready(host):
+    assert host.check_output("curl -sf http://127.0.0.1:30080/liveness") == "OK"
+    ready = json.loads(host.check_output("curl -sf http://127.0.0.1:30080/readiness"))
+    assert ready["status"] == "ready" and ready["healthy_workers"] == ready["total_workers"] == len(expected()), ready
+    metrics = host.check_output("curl -sf http://127.0.0.1:29000/metrics")
+    for url in expected():  # the series the monitoring rules read
+        assert 'smg_worker_health{worker="%s"} 1' % url in metrics, metrics[:2000]
 
 
 def test_workers_are_every_instance_of_the_gpu_hosts(host):
@@ -65,6 +80,11 @@ def test_requests_reach_the_real_servers_through_the_router(host):
     for name in REAL:
         assert server_info(name)["version"] == "0.5.23"
     reach_both(host)
+    # the gateway's in-flight count of a worker (the drain follows it to 0), a series from the worker's first request on
+    metrics = host.check_output("curl -sf http://127.0.0.1:29000/metrics")
+    for name in REAL:
+        url = "http://%s:30000" % other(name).ansible.get_variables()["ansible_host"]
+        assert 'smg_worker_requests_active{worker="%s"}' % url in metrics, metrics[:3000]
 
 
 def reach_both(host):
@@ -114,6 +134,11 @@ def test_a_rollout_under_load_cycles_both_real_servers_without_a_failed_request(
         events = record["hosts"][name]
         assert [e["event"] for e in events] == ["drained", "deployed", "rejoined"], events
         assert events[0]["router_workers"] == 4 and events[-1]["router_workers"] == 5
+        # the drain went through the gateway's drain state and ended with its in-flight count at 0
+        (drain,) = events[0]["in_flight"]
+        assert drain["url"] == "http://%s:30000" % other(name).ansible.get_variables()["ansible_host"], drain
+        assert drain["status"] == "ready" and drain["outcome"] == "in-flight 0", drain
+        assert drain["in_flight"][-1][1] == 0 and drain["seconds"] >= drain["in_flight"][-1][0], drain
     first, second = sorted(REAL, key=lambda n: record["hosts"][n][0]["at"])
     assert record["hosts"][first][-1]["at"] <= record["hosts"][second][0]["at"]  # never both out
     rep = playbook("playbooks/report.yml", limit=None)
