@@ -32,8 +32,9 @@ ARGUMENT_SPEC = dict(
 
 # what ssh says when the other side drops a connection before it is authenticated: sshd's MaxStartups
 # (10:30:100 by default) resets the excess, a restarting sshd refuses; all are worth another try later
-TRANSIENT = ("kex_exchange_identification", "Connection reset by peer", "ssh_exchange_identification",
-             "Connection closed by remote host", "banner exchange", "Connection refused",
+# (ssh names the peer either way: "Connection reset by peer", "Connection reset by 10.0.0.5 port 22")
+TRANSIENT = ("kex_exchange_identification", "Connection reset by ", "ssh_exchange_identification",
+             "Connection closed by ", "banner exchange", "Connection refused",
              "Connection timed out", "Broken pipe")
 
 # the readiness probe: run on the holder as argv (the script is ours, the paths its arguments): says

@@ -84,6 +84,13 @@ options:
         description: It installs in the same run (this host's parent in the tree) - wait while it fetches.
         type: bool
         default: false
+  check_sources:
+    description:
+      - In check mode with O(transfer=ssh), read the manifest from a source to report the venv's path and check that it
+        fits and can run here. C(false) answers from this host's state alone and asks no source (a dry run on
+        every target at once before the real run, where the same checks run before anything is written).
+    type: bool
+    default: true
   wait_timeout:
     description: Seconds to wait for one C(wait=true) source at most.
     type: int
@@ -604,6 +611,11 @@ class Installer:
                 return dict(changed=True, path=known, previous=live, cleaned=cleaned, diff=diff)
             self.check_values()
             return self.switch(aid, known, live, installed, dict(changed=True, path=known, cleaned=cleaned, diff=diff))
+        if self.m.check_mode and not self.p["check_sources"]:
+            # the answer is 'needed' from this host's state alone: no source is asked (the role's dry run before a
+            # real run, on every target at once, would be that many connections to the source's sshd)
+            return dict(changed=True, previous=live, cleaned=cleaned, tried=tried,
+                        diff={"before": {"venv": live}, "after": {"venv": "(artifact %s)" % aid}})
         if self.m.check_mode:
             # a dry run waits for nobody: the sources that hold the artifact now first
             for src in [s for s in srcs if not s["wait"]] + [s for s in srcs if s["wait"]]:
@@ -714,6 +726,7 @@ def main():
             ssh_host=dict(type="str"),
             sources=dict(type="list", elements="dict", default=[], options=dict(
                 name=dict(type="str"), address=dict(type="str", required=True), wait=dict(type="bool", default=False))),
+            check_sources=dict(type="bool", default=True),
             wait_timeout=dict(type="int", default=3600),
             connect_timeout=dict(type="int", default=10),
             artifact_dir=dict(type="path", default="/var/cache/ddtree/venv-artifacts"),

@@ -59,6 +59,19 @@ def test_retry_backs_off_on_sshd_resets_only():
     assert waits[2:] == [1.0, 2.0, 4.0]
 
 
+def test_every_form_of_an_sshd_reset_is_transient():
+    # the forms ssh printed in the lab at 18 hosts (OpenSSH 9.2: sshd's MaxStartups dropping the excess)
+    for line in ("kex_exchange_identification: read: Connection reset by peer",
+                 "Connection reset by 10.89.0.25 port 22",
+                 "kex_exchange_identification: Connection closed by remote host",
+                 "Connection closed by 10.89.0.25 port 22",
+                 "ssh: connect to host 10.89.0.25 port 22: Connection refused"):
+        assert fanout.transient("cannot read its manifest: " + line), line
+    for line in ("Permission denied (publickey).", "Host key verification failed.",
+                 "the artefact's sha256 is 00, its index says 11 (corrupt)"):
+        assert not fanout.transient(line), line
+
+
 class Clock:
     def __init__(self):
         self.t = 0.0

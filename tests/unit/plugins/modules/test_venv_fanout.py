@@ -56,7 +56,7 @@ exec sh -c "$cmd"
 ''' % {"base": tmp_path})
     (bindir / "ssh").chmod(0o755)
 
-    def install(host, sources, **kw):
+    def install(host, sources, check=False, **kw):
         mine = hosts / host
         for d in ("prefix", "art"):
             (mine / d).mkdir(parents=True, exist_ok=True)
@@ -68,7 +68,7 @@ exec sh -c "$cmd"
                     progress_file=str(work / "progress.json"), ssh_identity="/nonexistent/key")
         args.update(kw)
         play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
-            {"block": [{"ddtree.fleet.venv_install": args, "register": "r"}],
+            {"block": [{"ddtree.fleet.venv_install": args, "register": "r", "check_mode": check}],
              "rescue": [{"ansible.builtin.set_fact": {"r": "{{ ansible_failed_result }}"}}]},
             {"ansible.builtin.copy": {"content": "{{ r | to_json }}", "dest": str(out), "mode": "0600"}}]}]
         (work / "play.yml").write_text(json.dumps(play))
@@ -167,6 +167,21 @@ def test_a_source_whose_sshd_resets_is_tried_again(fleet):
     assert not r.get("failed") and r["source"] == "a" and r["tried"] == ["a: served"], r
     assert (base / "resets.txt").read_text() == ""
     assert served(base) == ["a"]
+
+
+def test_the_dry_run_before_a_real_run_asks_no_source(fleet):
+    """venv_stream's dry run ('is it live already') runs on every target at once: with check_sources=false it
+    answers from the host's state and opens no connection (each would count against the source's MaxStartups)."""
+    base, built, install = fleet
+    (base / "resets.txt").write_text("a\n")  # any connection to a consumes it
+    r = install("b", [SRC_A], check=True, check_sources=False)
+    assert not r.get("failed") and r["needed"] and r["tried"] == [], r
+    assert (base / "resets.txt").read_text() == "a\n" and served(base) == []
+    assert live(base, "b") is None and not holds(base, "b", built["id"])
+    # an operator's --check (check_sources=true, the default) reads the manifest: the reset is tried again
+    r = install("b", [SRC_A], check=True)
+    assert not r.get("failed") and r["needed"] and r["tried"] == ["a: has it"], r
+    assert (base / "resets.txt").read_text() == "" and served(base) == []
 
 
 def test_the_old_ssh_host_is_one_source(fleet):
