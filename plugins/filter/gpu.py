@@ -95,6 +95,16 @@ def gpu_preflight(host, nvidia, profile, checks=None, model_dir=None, model_size
     return fails
 
 
+def gpu_preflight_warnings(host, nvidia, profile, checks=None):
+    """What the preflight's health check lets pass with a warning (XIDs the profile's health.xid_policy warns
+    about); nothing when the health check is off."""
+    enabled = dict((c, True) for c in CHECKS)
+    enabled.update(checks or {})
+    if not enabled["health"] or not (nvidia or {}).get("present"):
+        return []
+    return nvidia_health.facts_warnings(host, nvidia, (profile or {}).get("health"))
+
+
 def dcgm_failures(output):
     """Failed tests of `dcgmi diag -j` output (text or parsed JSON)."""
     if isinstance(output, str):
@@ -112,4 +122,5 @@ def cuda_toolkit_problems(version, compute_caps, driver_cuda="", floor=""):
 
 class FilterModule:
     def filters(self):
-        return {"gpu_preflight": gpu_preflight, "cuda_toolkit_problems": cuda_toolkit_problems, "dcgm_failures": dcgm_failures}
+        return {"gpu_preflight": gpu_preflight, "gpu_preflight_warnings": gpu_preflight_warnings,
+                "cuda_toolkit_problems": cuda_toolkit_problems, "dcgm_failures": dcgm_failures}

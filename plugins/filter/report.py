@@ -271,8 +271,10 @@ def _row(rec, q, instances):
         "parallelism": instances_mu.parallelism_text(planned),
         "instances": [{"name": p["name"], "gpus": p["gpus"], "parallelism": p["parallelism"]} for p in planned],
         "groups": sorted(g for g in q["group_names"] if g.startswith("gpu_")),
-        "warnings": q["warnings"],
+        "warnings": q["warnings"] + (nvidia_health.facts_warnings(rec["host"], q["nvidia"], q["profile_health"])
+                                     if q["present"] else []),
         "health": _health_verdict(rec["host"], q),
+        "xids": nvidia_health.facts_xids(rec["host"], q["nvidia"], q["profile_health"]) if q["present"] else [],
         "service": q["service"],
         "topology_matrix": q["topology_matrix"],
         "gpu_list": q["gpu_list"],
@@ -292,14 +294,17 @@ def _group_row(group):
 
 
 def _health_verdict(host, q):
-    """ok, not read, or the problems against the host's profile thresholds."""
+    """ok, not read, or the problems against the host's profile thresholds (the -q counters and the XIDs)."""
     health = (q["nvidia"] or {}).get("health") or {}
     if not q["present"]:
         return {"verdict": None, "problems": []}
+    # the XIDs of the kernel log refuse a host whose -q counters were not read, too
+    problems = nvidia_health.facts_problems(host, q["nvidia"], q["profile_health"])
+    if problems:
+        return {"verdict": "FAILED", "problems": problems}
     if not health.get("read"):
         return {"verdict": "not read", "problems": [], "why": health.get("error")}
-    problems = nvidia_health.facts_problems(host, q["nvidia"], q["profile_health"])
-    return {"verdict": "FAILED" if problems else "ok", "problems": problems}
+    return {"verdict": "ok", "problems": []}
 
 
 class FilterModule:

@@ -16,6 +16,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.ddtree.fleet.plugins.module_utils import xid
+
 # Clock event (throttle) reasons that mean the GPU is held back by hardware or heat. The others
 # (Idle, Applications Clocks Setting, SW Power Cap, Sync Boost, Display Clock Setting) are normal
 # on a healthy GPU.
@@ -34,6 +36,12 @@ DEFAULT_THRESHOLDS = {
     "nvlink_inactive_max": 0,                # per GPU, on hosts whose links nvlink -s reports
     "fabric_required": False,                # NVSwitch families: CUDA needs the fabric completed
     "persistence_mode_required": False,
+    # XIDs in the kernel log since boot (module_utils/xid.py, xid_catalog.yml): per class refuse, warn or
+    # ignore over the catalogue's defaults; per XID number over its class; lines an operator acknowledged
+    "xid_policy": {},
+    "xid_overrides": {},
+    "xid_acknowledged": [],
+    "kernel_log_unread": "warn",             # a host whose kernel log cannot be read: warn or refuse
 }
 
 _GPU_HEAD = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9])\s*$")
@@ -221,10 +229,21 @@ def unread(error, sources=()):
 
 def facts_problems(host, nvidia, thresholds):
     """problems() for a host's nvidia facts: the NVLink bond the links are held to is the topology's
-    smallest NV# where every GPU pair has NVLink."""
+    smallest NV# where every GPU pair has NVLink. Then the XIDs of the kernel log the profile refuses."""
     topology = (nvidia or {}).get("topology") or {}
     bond = topology.get("nvlink_min_links") if topology.get("interconnect") == "nvlink" else None
-    return problems(host, (nvidia or {}).get("health"), thresholds, nvlink_links_expected=bond)
+    return (problems(host, (nvidia or {}).get("health"), thresholds, nvlink_links_expected=bond)
+            + xid.verdict(host, (nvidia or {}).get("kernel_log"), thresholds_for(thresholds))["refuse"])
+
+
+def facts_warnings(host, nvidia, thresholds):
+    """What the health check lets pass with a warning: the XIDs the profile warns about."""
+    return xid.verdict(host, (nvidia or {}).get("kernel_log"), thresholds_for(thresholds))["warn"]
+
+
+def facts_xids(host, nvidia, thresholds):
+    """One entry per XID event of the kernel log, with its class and the profile's action (the fleet report's)."""
+    return xid.verdict(host, (nvidia or {}).get("kernel_log"), thresholds_for(thresholds))["seen"]
 
 
 def thresholds_for(profile_health):

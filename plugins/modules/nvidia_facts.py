@@ -27,6 +27,11 @@ description:
     NVLink links are down. Where the NVLink fabric is in play it also says whether
     C(nvidia-fabricmanager) is installed and active. The verdict against the profile's thresholds is
     the C(ddtree.fleet.gpu_preflight) filter's C(health) check.
+  - With I(kernel_log) (the default) it also reads the kernel log of this boot (C(journalctl -k -b), else
+    C(dmesg)), at most 32 MiB and within I(timeout) seconds, and returns every NVIDIA Xid and NVSwitch SXid
+    line (and the driver's "fallen off the bus" message) as events keyed to the GPU by PCI address. What each
+    XID means and whether the host is refused is decided on the controller, by the C(health) check against
+    the profile's C(health.xid_policy) (plugins/module_utils/xid_catalog.yml has NVIDIA's catalogue facts).
 options:
   nvidia_smi_path:
     description: Path of nvidia-smi. By default it is looked up on C(PATH) and the system directories.
@@ -45,6 +50,12 @@ options:
     description:
       - Read the GPU health counters (one more nvidia-smi call, two on NVLink hosts). A failure to read
         them is a warning and C(health.read=false), never a failure of the module.
+    type: bool
+    default: true
+  kernel_log:
+    description:
+      - Read the XIDs of this boot from the kernel log (C(journalctl -k -b), else C(dmesg)). A log that
+        cannot be read is a warning and C(kernel_log.read=false), never a failure of the module.
     type: bool
     default: true
 extends_documentation_fragment:
@@ -201,6 +212,37 @@ ansible_facts:
               contains:
                 manager_installed: {description: The nvidia-fabricmanager unit exists; null when not looked for., type: bool}
                 manager_active: {description: The unit is active; null when not looked for., type: bool}
+        kernel_log:
+          description: The XID events of this boot from the kernel log.
+          type: complex
+          contains:
+            read: {description: The kernel log was read (false when I(kernel_log=false) or neither reader answered)., type: bool}
+            source: {description: "Where it was read: C(journalctl) or C(dmesg).", type: str}
+            error: {description: Why it was not read., type: str}
+            truncated: {description: The log was longer than 32 MiB and cut there., type: bool}
+            bytes: {description: Bytes read., type: int}
+            events:
+              description: One entry per XID (or SXid) and PCI address (and MIG instance), in order of first appearance.
+              type: list
+              elements: dict
+              contains:
+                kind: {description: "C(xid) (a GPU) or C(sxid) (an NVSwitch).", type: str}
+                xid: {description: The XID or SXid number., type: int, sample: 79}
+                pci: {description: "PCI address as C(DDDD:BB:DD), null where the line has none that parses.", type: str}
+                pci_raw: {description: The device field as the line prints it., type: str, sample: "PCI:0000:3b:00"}
+                mig: {description: "MIG instance (C(GPU-I:05), C(GPU-I:05 GPU-CI:01)), null without MIG.", type: str}
+                device: {description: The NVSwitch (C(nvidia-nvswitch3)) of an SXid., type: str}
+                fatal: {description: "The line says Fatal (true) or Nonfatal (false); null where it does not say.", type: bool}
+                recovery_action: {description: "Xid 154: the recovery action it changed to.", type: str}
+                lines: {description: Kernel log lines of this event., type: int}
+                first: {description: The first line (at most 400 characters)., type: str}
+                last: {description: The last line (at most 400 characters)., type: str}
+                gpu_index: {description: Index of the GPU at that PCI address; null where nvidia-smi lists none there., type: int}
+                gpu_bus_id: {description: That GPU's bus id as nvidia-smi prints it., type: str}
+            unparsed:
+              description: "Lines that mention an Xid but do not parse: C(count), and up to 5 C(samples)."
+              type: dict
+            overflow: {description: Events past the first 512 distinct ones (counted only)., type: int}
         nvidia_smi_calls:
           description: >-
             How many times nvidia-smi was run: 2 without I(health), 3 with it, 4 on NVLink hosts (one more on
@@ -223,6 +265,7 @@ import subprocess
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia
 from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia_health
+from ansible_collections.ddtree.fleet.plugins.module_utils import xid
 
 
 class NvidiaSmi:
@@ -350,6 +393,7 @@ def main():
             required=dict(type="bool", default=False),
             timeout=dict(type="int", default=30),
             health=dict(type="bool", default=True),
+            kernel_log=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -367,6 +411,13 @@ def main():
                     facts["warnings"].append("GPU health not read: %s" % facts["health"]["error"])
             else:
                 facts["health"] = nvidia_health.unread("not asked (health=false)")
+            if module.params["kernel_log"]:
+                facts["kernel_log"] = xid.gather(module.get_bin_path("journalctl"), module.get_bin_path("dmesg"),
+                                                 facts["gpus"], timeout=module.params["timeout"])
+                if not facts["kernel_log"]["read"]:
+                    facts["warnings"].append("kernel log not read, XIDs unknown: %s" % facts["kernel_log"]["error"])
+            else:
+                facts["kernel_log"] = xid.unread("not asked (kernel_log=false)")
         calls = smi.calls
     if facts is None:
         if module.params["required"]:
@@ -374,6 +425,7 @@ def main():
         facts = nvidia.absent_facts([error])
         facts["cuda_version_source"] = None
         facts["health"] = nvidia_health.unread(error)
+        facts["kernel_log"] = xid.unread(error)
     facts["nvidia_smi_calls"] = calls
     for warning in facts["warnings"]:
         module.warn(warning)

@@ -99,3 +99,56 @@ def test_degraded_gpus_are_refused_naming_gpu_counter_and_threshold(host):
     assert ("nvf-b200: GPU 0 (00000000:19:00.0) clock event reason is HW Slowdown + HW Power Brake Slowdown, the "
             "profile allows none of HW Slowdown, HW Thermal Slowdown, HW Power Brake Slowdown, SW Thermal Slowdown") in p.stdout
     assert "failed=1" in p.stdout
+
+
+def test_clean_kernel_log_is_read_and_lists_no_xids(rows):
+    # the kernel-log replay double answers journalctl -k with a clean boot on every host
+    for host in ("nvf-b300", "nvf-rtx", "nvf-b200"):
+        assert rows[host]["xids"] == [], host
+        assert not [w for w in rows[host]["warnings"] if "kernel log" in w], host
+
+
+def test_injected_xid_79_is_refused_naming_gpu_xid_action_and_clear(host):
+    # a real Xid 79 line (open-gpu-kernel-modules#1151) replayed for GPU 3 of nvf-b200 (00000000:63:00.0)
+    host.run_test("echo 79@3 > /etc/kernel-log-replay/xid")
+    try:
+        p = run_facts("nvf-b200")
+    finally:
+        host.run_test("rm -f /etc/kernel-log-replay/xid")
+    assert p.returncode != 0, p.stdout[-3000:]
+    assert ("nvf-b200: GPU 3 (00000000:63:00.0) Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS: GPU has fallen off "
+            "the bus) in the kernel log since boot (journalctl, 1 line; last: May 18 19:02:39 kernel: NVRM: Xid "
+            "(PCI:0000:63:00): 79, GPU has fallen off the bus.); NVIDIA's catalogue: immediate action RESTART_BM") in p.stdout
+    assert "the kernel log since boot is clean" in p.stdout
+    assert "nvidia_facts_xid_acknowledged: [{xid: 79, pci: '0000:63:00', lines: 1}]" in p.stdout
+    assert "failed=1" in p.stdout
+
+
+def test_acknowledged_xid_79_lets_the_host_pass(host):
+    host.run_test("echo 79@3 > /etc/kernel-log-replay/xid")
+    try:
+        p = run_facts("nvf-b200", "-e", '{"nvidia_facts_xid_acknowledged": [{"xid": 79, "pci": "00000000:63:00.0", "lines": 1}]}')
+    finally:
+        host.run_test("rm -f /etc/kernel-log-replay/xid")
+    assert p.returncode == 0, p.stdout[-3000:]
+    assert "the profile says refuse" not in p.stdout
+    # the report still lists it, as acknowledged
+    assert "| Xid 79 GPU 3 x1 acknowledged |" in p.stdout
+
+
+def test_application_xid_13_passes_with_a_warning(host):
+    host.run_test("echo 13@1 > /etc/kernel-log-replay/xid")
+    try:
+        p = run_facts("nvf-b200")
+    finally:
+        host.run_test("rm -f /etc/kernel-log-replay/xid")
+    assert p.returncode == 0, p.stdout[-3000:]
+    assert "WARNING: the health check let these pass" in p.stdout
+    assert "nvf-b200: GPU 1 (00000000:52:00.0) Xid 13 (ROBUST_CHANNEL_GR_EXCEPTION: Graphics Engine Exception)" in p.stdout
+    assert "class application, the profile says warn" in p.stdout
+    assert "failed=0" in p.stdout
+    # the report of that run lists it on the host's row, and says so in its warnings
+    doc = json.loads((REPORT.parent / "reports-failure" / "fleet.json").read_text())
+    row = [r for r in doc["hosts"] if r["host"] == "nvf-b200"][0]
+    assert [(x["xid"], x["gpu_index"], x["class"], x["action"]) for x in row["xids"]] == [(13, 1, "application", "warn")]
+    assert [w for w in row["warnings"] if "Xid 13" in w]
