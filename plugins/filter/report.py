@@ -29,6 +29,9 @@ try:
 except ImportError:  # reported when the filter is used
     plotly = go = None
 
+# the health verdict of a host its GPU health check refused (the rows, the page's count and its cells)
+HEALTH_FAILED = "FAILED"
+
 LINK = re.compile(r"^NV(\d+)$")
 # PCIe path kinds of nvidia-smi topo -m, nearest first
 PCIE = ["PIX", "PXB", "PHB", "NODE", "SYS"]
@@ -175,7 +178,7 @@ def alerts(rows):
     errors, warnings, refused, unhealthy = [], [], [], []
     for r in rows:
         health = r.get("health") or {}
-        if health.get("verdict") == "refused":
+        if health.get("verdict") == HEALTH_FAILED:
             refused.append(r["host"])
             errors += ["%s" % p for p in health.get("problems") or []]
         for i in r.get("service") or []:
@@ -301,7 +304,7 @@ def _health_verdict(host, q):
     # the XIDs of the kernel log refuse a host whose -q counters were not read, too
     problems = nvidia_health.facts_problems(host, q["nvidia"], q["profile_health"])
     if problems:
-        return {"verdict": "FAILED", "problems": problems}
+        return {"verdict": HEALTH_FAILED, "problems": problems}
     if not health.get("read"):
         return {"verdict": "not read", "problems": [], "why": health.get("error")}
     return {"verdict": "ok", "problems": []}

@@ -45,6 +45,13 @@ def test_alerts_come_first():
     assert al["unhealthy"] == ["b main"] and "b: instance main (release r1) is not healthy" in al["errors"]
 
 
+def test_a_host_refused_by_gpu_health_is_counted_as_refused():
+    # the verdict a failed health check gets (_health_verdict) is the one alerts() and the page count
+    row = {"host": "b", "health": {"verdict": report.HEALTH_FAILED, "problems": ["b: GPU 3 (00000000:63:00.0): Xid 79"]}}
+    al = report.alerts([row, {"host": "r", "health": {"verdict": "ok", "problems": []}}])
+    assert al["refused"] == ["b"] and al["errors"] == ["b: GPU 3 (00000000:63:00.0): Xid 79"]
+
+
 def test_profile_evidence_reads_the_tags_of_each_value():
     ev = dict((e["key"], e) for e in report.profile_evidence("b300"))
     assert ev["parallelism.tp"]["value"] == "8" and ev["parallelism.tp"]["tags"] == ["report", "doc"]
