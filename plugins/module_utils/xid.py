@@ -225,6 +225,10 @@ def read_kernel_log(journalctl, dmesg, timeout=30, max_bytes=MAX_BYTES):
             continue
         if rc is None:
             errors.append("%s: no answer within %ss" % (source, timeout))
+        elif source == "journalctl" and rc == 0 and not text.strip():
+            # every boot logs kernel messages: an empty answer is a journal that keeps none (a container's own
+            # journald, Storage=none), not a clean boot - dmesg still has them
+            errors.append("journalctl: no kernel messages of this boot (journald keeps none here)")
         elif truncated or (rc == 0 and "No journal files were found" not in err):
             return {"read": True, "source": source, "text": text, "error": None, "truncated": truncated}
         else:

@@ -316,6 +316,21 @@ def test_journal_without_files_falls_back_to_dmesg(double):
     assert (log["read"], log["source"]) == (True, "dmesg")
 
 
+def test_an_empty_journal_falls_back_to_dmesg(double, tmp_path):
+    # as in a container, or this test machine: journalctl -k -b answers 0 lines while dmesg holds the boot's
+    etc, _journalctl, dmesg = double
+    empty = tmp_path / "journalctl-empty"
+    empty.write_text("#!/bin/sh\nexit 0\n")
+    empty.chmod(0o755)
+    (etc / "log").write_text("excerpt-9.txt\n")
+    log = xid.gather(str(empty), dmesg, [])
+    assert (log["read"], log["source"]) == (True, "dmesg") and [e["xid"] for e in log["events"]] == [32, 69, 62]
+    (etc / "fault").write_text("unreadable\n")  # and where dmesg is refused too, both reasons are said
+    log = xid.gather(str(empty), dmesg, [])
+    assert log["read"] is False and log["error"].startswith(
+        "journalctl: no kernel messages of this boot (journald keeps none here); dmesg: exit 1")
+
+
 def test_neither_readable_is_a_warning_that_policy_may_turn_into_a_refusal(double, tmp_path):
     etc, _journalctl, dmesg = double
     (etc / "fault").write_text("unreadable\n")
