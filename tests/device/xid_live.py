@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Live: the XID reader (plugins/module_utils/xid.py) on a real GPU host, the lent H100/H200.
 
 Reads this host's kernel log as nvidia_facts does (journalctl -k -b, else dmesg; capped, with a deadline),
