@@ -39,6 +39,18 @@ RECORD = {
     "exporters_found": ("ddtree_monitoring_found", "ddtree_monitoring"),
     "router_port": ("sglang_router_port", "sglang_router (inventory)"),
     "router_metrics_port": ("sglang_router_prometheus_port", "sglang_router (inventory)"),
+    "user_pubkey": ("base_user_pubkey", "base"),
+    "host_pubkey": ("base_host_pubkey", "base"),
+    "warm": ("ddtree_service_warm_key", "ddtree_service"),
+}
+
+# What a record takes from the host's gathered facts (besides nvidia): key -> what it is. The facts may have been
+# gathered by delegation (a host outside the play), so the base role's local fact is read from ansible_facts.local
+# first, then from ansible_local.
+FACT_KEYS = {
+    "base": "the base role's local fact (ansible_local.ddtree_base)",
+    "ssh_host_key": "ansible_facts.ssh_host_key_ed25519_public",
+    "addresses": "ansible_facts.all_ipv4_addresses and all_ipv6_addresses, link-local ones left out",
 }
 
 
@@ -91,22 +103,47 @@ def _truthy(value):
     return str(value).lower() in ("true", "yes", "1")
 
 
-def record(hv):
-    """A host's record: its address, GPU facts and group names, plus every key of RECORD."""
+def _facts(hv):
     facts = hv_get(hv, "ansible_facts", {}) or {}
-    nvidia = (facts.get("nvidia") if hasattr(facts, "get") else None) or {}
-    out = {"host": str(hv_get(hv, "inventory_hostname", "")), "address": address(hv), "nvidia": dict(nvidia),
-           "facts_read": bool(nvidia), "group_names": list(hv_get(hv, "group_names", []) or [])}
+    return facts if hasattr(facts, "get") else {}
+
+
+def _fact(hv, key):
+    """A key of FACT_KEYS, read from the host's gathered facts."""
+    facts = _facts(hv)
+    if key == "base":
+        local = facts.get("local") or hv_get(hv, "ansible_local", {}) or {}
+        return dict((local.get("ddtree_base") if hasattr(local, "get") else None) or {})
+    if key == "ssh_host_key":
+        return facts.get("ssh_host_key_ed25519_public") or ""
+    return [a.split("%")[0] for k in ("all_ipv4_addresses", "all_ipv6_addresses") for a in (facts.get(k) or [])
+            if not a.lower().startswith("fe80")]
+
+
+def record(hv, keys=None):
+    """A host's record: its name and address, its GPU facts and group names, every key of RECORD and FACT_KEYS.
+    keys: only these keys of RECORD and FACT_KEYS (besides host and address), for a filter that reads a few of
+    many hosts' records."""
+    out = {"host": str(hv_get(hv, "inventory_hostname", "")), "address": address(hv)}
+    if keys is not None:
+        for key in keys:
+            if key != "api_key":  # the key itself never travels in a record
+                out[key] = _fact(hv, key) if key in FACT_KEYS else hv_get(hv, RECORD[key][0], None)
+        return out
+    nvidia = _facts(hv).get("nvidia") or {}
+    out.update({"nvidia": dict(nvidia), "facts_read": bool(nvidia), "group_names": list(hv_get(hv, "group_names", []) or [])})
     for key, (var, _src) in RECORD.items():
         out[key] = hv_get(hv, var, None)
+    for key in FACT_KEYS:
+        out[key] = _fact(hv, key)
     out["refused"] = any(_truthy(out[k]) for k in ("nvidia_refused", "serving_refused", "service_refused"))
     out["api_key_set"] = out.pop("api_key") not in (None, "")
     return out
 
 
-def records(hostvars, hosts):
+def records(hostvars, hosts, keys=None):
     """The records of the given inventory hosts (a host not in hostvars gets a record from its name alone)."""
-    return [record(hostvars[h] if h in hostvars else {"inventory_hostname": h}) for h in hosts]
+    return [record(hostvars[h] if h in hostvars else {"inventory_hostname": h}, keys) for h in hosts]
 
 
 def keep_unreached(hosts, fresh, previous, reached):

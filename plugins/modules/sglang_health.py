@@ -102,6 +102,12 @@ seconds:
   description: Seconds until the server answered /health_generate.
   returned: always
   type: float
+since_start:
+  description:
+    - Seconds from the last start of O(unit)'s main process (systemd's C(ExecMainStartTimestampMonotonic)) to the gate's
+      answer, both on this host's monotonic clock; null without O(unit) or when systemd does not say.
+  returned: when the gate passed
+  type: float
 server_info:
   description: The compared keys as the server reports them.
   returned: when the server answered
@@ -175,6 +181,18 @@ def unit_state(module, unit):
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
 
 
+def since_start(module, unit):
+    """Seconds from the unit's main process start to now, on the host's monotonic clock (systemd's too)."""
+    if not unit:
+        return None
+    rc, out, _err = module.run_command(["systemctl", "show", unit, "-p", "ExecMainStartTimestampMonotonic"])
+    try:
+        started = int(out.strip().partition("=")[2]) if rc == 0 else 0
+    except ValueError:
+        started = 0
+    return round(time.monotonic() - started / 1e6, 1) if started > 0 else None
+
+
 def same(expected, actual):
     if isinstance(expected, (int, float)) and not isinstance(expected, bool):
         try:
@@ -226,7 +244,7 @@ def main():
         time.sleep(p["interval"])
     result["seconds"] = round(time.time() - start, 1)
     if p["member"]:
-        result["healthy"] = True
+        result["healthy"], result["since_start"] = True, since_start(module, p["unit"])
         module.exit_json(**result)
     code, body = get(base + "/v1/models", p["api_key"])
     try:
@@ -266,7 +284,7 @@ def main():
                                     for problem in sglang_gate.acceptance_problems(lengths, p["accept_length_floor"])]
         if result["gate_problems"]:
             module.fail_json(msg="%s is up but not admitted: %s" % (base, "; ".join(result["gate_problems"])), **result)
-    result["healthy"] = True
+    result["healthy"], result["since_start"] = True, since_start(module, p["unit"])
     module.exit_json(**result)
 
 

@@ -2,14 +2,19 @@
 """The tables of docs/data_flow.md, generated from the roles' contracts and their code.
 
     python3 scripts/lib/data_flow.py           rewrite the generated part of docs/data_flow.md
-    python3 scripts/lib/data_flow.py --check   exit 1 when the document differs (a unit test runs this)
+    python3 scripts/lib/data_flow.py --check   exit 1 when the document differs, or its hand-written text names a
+                                               file or name the code lacks (a unit test runs this)
 
 Read from:
   roles/<r>/meta/argument_specs.yml  the inputs (every entry point's options)
   roles/<r>/meta/outputs.yml         what each role hands on (facts it sets, who reads them)
   roles/<r>/{defaults,vars,tasks,templates}/  every variable of another role's prefix the role reads:
-                                     a cross-role read, which must be a declared output or input of that role
+                                     a cross-role read, which must be a declared output or input of that role;
+                                     and every read through hostvars (hostvars[h].var, hostvars[h]['var'],
+                                     map('extract', hostvars, 'var'), map('extract', hostvars) | map(attribute='var')
+                                     / selectattr('var')): another role's private fact (__<role>_*) never
   plugins/module_utils/fleet.py      RECORD: what the fleet-level filters read from a host's variables
+  plugins/**/*.py                    private facts (a '__<role>_...' string) a plugin reads: none (they take records)
 """
 import argparse
 import ast
@@ -50,14 +55,14 @@ def outputs(role):
     return (load(path).get("outputs") or {}) if os.path.exists(path) else {}
 
 
-def record_keys():
-    """RECORD of plugins/module_utils/fleet.py, read without importing Ansible."""
+def record_keys(name="RECORD"):
+    """RECORD (or FACT_KEYS) of plugins/module_utils/fleet.py, read without importing Ansible."""
     with open(os.path.join(ROOT, "plugins", "module_utils", "fleet.py")) as f:
         tree = ast.parse(f.read())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "RECORD":
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == name:
             return ast.literal_eval(node.value)
-    raise SystemExit("no RECORD in plugins/module_utils/fleet.py")
+    raise SystemExit("no %s in plugins/module_utils/fleet.py" % name)
 
 
 def role_text(role):
@@ -70,6 +75,58 @@ def role_text(role):
                 with open(os.path.join(dirpath, name)) as f:
                     out.append((os.path.relpath(os.path.join(dirpath, name), base),
                                 "\n".join(re.sub(r"(^|\s)#.*$", "", line) for line in f.read().splitlines())))
+    return out
+
+
+HOSTVARS_READS = (
+    re.compile(r"hostvars\[[^\]]+\]\.([A-Za-z_]\w*)"),
+    re.compile(r"hostvars\[[^\]]+\]\[['\"]([A-Za-z_]\w*)['\"]\]"),
+    re.compile(r"extract['\"],\s*hostvars,\s*\[?['\"]([A-Za-z_]\w*)['\"]"),
+)
+# map('extract', hostvars) followed by filters: the attributes they read
+HOSTVARS_CHAIN = re.compile(r"extract['\"],\s*hostvars\)((?:\s*\|\s*[\w.]+(?:\([^()]*\))?)+)")
+CHAIN_ATTR = re.compile(r"(?:attribute=|selectattr\(|rejectattr\()['\"]([A-Za-z_]\w*)")
+
+
+def owner_of(var, names):
+    """The role whose prefix the variable carries (__<role>_ for a private one), else None."""
+    bare = var.lstrip("_")
+    found = [r for r in names if bare.startswith(r + "_")]
+    return max(found, key=len) if found else None
+
+
+def hostvars_reads():
+    """[(reader role, variable, owner role, files, ok)] for every variable a role reads through hostvars (another
+    host's variables). ok: the reader's own variable, or another role's declared output or input - never another
+    role's private fact."""
+    names = roles()
+    owned = dict((r, set(inputs(r)) | set(outputs(r))) for r in names)
+    found = {}
+    for reader in names:
+        for rel, text in role_text(reader):
+            hits = set(v for pat in HOSTVARS_READS for v in pat.findall(text))
+            for chain in HOSTVARS_CHAIN.findall(text):
+                hits |= set(CHAIN_ATTR.findall(chain))
+            for var in hits:
+                owner = owner_of(var, names)
+                if owner:
+                    found.setdefault((reader, var, owner), set()).add(rel)
+    return [(reader, var, owner, sorted(files), owner == reader or (not var.startswith("__") and var in owned[owner]))
+            for (reader, var, owner), files in sorted(found.items())]
+
+
+def plugin_private_reads():
+    """[(plugin file, private variable)]: a '__<role>_...' name in a plugin's code (the filters take records)."""
+    names = roles()
+    out = []
+    for dirpath, _dirs, files in os.walk(os.path.join(ROOT, "plugins")):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                with open(path) as f:
+                    for var in sorted(set(re.findall(r"['\"](__[a-z]\w*)['\"]", f.read()))):
+                        if owner_of(var, names):
+                            out.append((os.path.relpath(path, ROOT), var))
     return out
 
 
@@ -90,9 +147,19 @@ def cross_reads():
                     owner = next((r for r in names if fact in outputs(r)), "?")
                     if owner != reader:
                         found.setdefault((reader, fact, owner), set()).add(rel)
-    rows = [(reader, var, owner, sorted(files), var in owned.get(owner, set()))
+    # a read through hostvars (hostvars[h].var) of another role's variable is a cross-role read too
+    for reader, var, owner, files, _ok in hostvars_reads():
+        if owner not in (reader, "common"):
+            found.setdefault((reader, var, owner), set()).update(files)
+    rows = [(reader, var, owner, sorted(files), not var.startswith("__") and var in owned.get(owner, set()))
             for (reader, var, owner), files in sorted(found.items())]
     return rows
+
+
+def reads_table(title, prose, rows):
+    lines = ["", "### " + title, ""] + prose + ["", "| reader | reads | owner | where |", "|---|---|---|---|"]
+    return lines + ["| `%s` | `%s` | `%s` | %s |" % (reader, var, owner, ", ".join(files))
+                    for reader, var, owner, files, _ok in rows]
 
 
 def generated():
@@ -112,22 +179,78 @@ def generated():
             if isinstance(d, str) and any(re.search(r"(?<![\w.])%s_" % o, d) for o in names if o not in (r, "common")) \
                     or isinstance(d, str) and any(f in d for f in FACTS):
                 lines.append("| `%s` | `%s` | `%s` |" % (r, name, " ".join(d.split()).replace("|", "\\|")))
-    lines += ["", "### Every cross-role read in the roles' code", "",
-              "A variable of another role's prefix that a role's defaults, vars, tasks or templates read (the fleet's",
-              "conventions, `common_*`, are read everywhere and not listed). Each is a declared output or input of",
-              "its owner (the contract test fails otherwise).", "",
-              "| reader | reads | owner | where |", "|---|---|---|---|"]
-    for reader, var, owner, files, _ok in cross_reads():
-        lines.append("| `%s` | `%s` | `%s` | %s |" % (reader, var, owner, ", ".join(files)))
+    lines += reads_table("Every cross-role read in the roles' code", [
+        "A variable of another role's prefix that a role's defaults, vars, tasks or templates read (the fleet's",
+        "conventions, `common_*`, are read everywhere and not listed). Each is a declared output or input of",
+        "its owner (the contract test fails otherwise)."], cross_reads())
+    lines += reads_table("Every read through hostvars", [
+        "Where a host reads another host's variables (`hostvars[h].var`, `hostvars[h]['var']`, `map('extract',",
+        "hostvars, ...)`): a role reads its own facts so (a serving group's members read each other's), and another",
+        "role's declared outputs or inputs, never another role's private facts (the contract test fails otherwise)."],
+        hostvars_reads())
+    private = plugin_private_reads()
+    lines += ["", "Private facts the plugins read: %s." % (", ".join("`%s` (%s)" % (v, f) for f, v in private) or
+                                                          "none (the fleet-level filters take host records)")]
     lines += ["", "### The host record (`ddtree.fleet.host_records`, `RECORD` in plugins/module_utils/fleet.py)", "",
               "The fleet-level filters (`worker_urls`, `fleet_rows`, `prometheus_targets`, `prometheus_stale`,",
-              "`serving_groups`, `rollout_units`) take these records, never hostvars. Besides `host`, `address`,",
-              "`nvidia` (`ansible_facts.nvidia`), `facts_read`, `group_names`, `refused` and `api_key_set`:", "",
+              "`serving_groups`, `rollout_units`, `fleet_trust`, `peer_allow`, `warm_sources`) take these records, never",
+              "hostvars. Besides `host`, `address`, `nvidia` (`ansible_facts.nvidia`), `facts_read`, `group_names`,",
+              "`refused` and `api_key_set`:", "",
               "| key | variable | from |", "|---|---|---|"]
     for key, (var, src) in record_keys().items():
         lines.append("| `%s` | `%s` | %s |" % (key, var, src))
+    for key, what in record_keys("FACT_KEYS").items():
+        lines.append("| `%s` | - | the gathered facts: %s |" % (key, what))
     lines += ["", END]
     return "\n".join(lines) + "\n"
+
+
+NAME = re.compile(r"(?<![\w.<-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w>])")
+PATH = re.compile(r"(?<![\w/])((?:roles|playbooks|profiles|plugins|scripts|docs|molecule)/[\w./-]*[\w])")
+CLAIM = re.compile(r"^[\s\u2500-\u257f\u25b2-\u25bc\u25ba]*([a-z_]+|(?:playbooks|roles)/[\w./-]+):\s")
+
+
+def code_text(paths):
+    out = []
+    for top in paths:
+        full = os.path.join(ROOT, top)
+        walk = [(os.path.dirname(full), [], [os.path.basename(full)])] if os.path.isfile(full) else os.walk(full)
+        for dirpath, _dirs, files in walk:
+            for name in files:
+                if name.endswith((".yml", ".yaml", ".py", ".j2", ".cfg")):
+                    with open(os.path.join(dirpath, name)) as f:
+                        out.append(f.read())
+    return "\n".join(out)
+
+
+def prose_problems(doc):
+    """The hand-written part of docs/data_flow.md checked against the code: every file it names exists, every name
+    (a word with an underscore) is in the code, and on a line that starts with 'ROLE:' or 'FILE:' every name that
+    is not another role's is in that role's (or that file's) code."""
+    names = roles()
+    prose = doc[:doc.index(BEGIN)]
+    everything = code_text(["roles", "plugins", "playbooks", "profiles", "site.yml", "inventories"])
+    problems = []
+    for n, line in enumerate(prose.splitlines(), 1):
+        for path in PATH.findall(line):
+            if not os.path.exists(os.path.join(ROOT, path)):
+                problems.append("line %d: %s does not exist" % (n, path))
+        found = [m for m in NAME.findall(line) if m not in names]
+        for name in found:
+            if name not in everything:
+                problems.append("line %d: %s is nowhere in the code" % (n, name))
+        claim = CLAIM.match(line)
+        if not claim or not (claim.group(1) in names or os.path.isfile(os.path.join(ROOT, claim.group(1)))):
+            continue
+        who = claim.group(1)
+        text = code_text(["roles/%s" % who] if who in names else [who])
+        for name in NAME.findall(line[claim.end():]):
+            owner = owner_of(name, names)
+            if name in names or (owner and owner != who):
+                continue
+            if name not in text:
+                problems.append("line %d: %s is not in %s's code" % (n, name, who))
+    return problems
 
 
 def main():
@@ -142,6 +265,10 @@ def main():
     if args.check:
         if new != doc:
             sys.stderr.write("docs/data_flow.md is not what scripts/lib/data_flow.py generates: run it and commit\n")
+            return 1
+        problems = prose_problems(doc)
+        if problems:
+            sys.stderr.write("docs/data_flow.md's text does not match the code:\n  %s\n" % "\n  ".join(problems))
             return 1
         return 0
     with open(DOC, "w") as f:

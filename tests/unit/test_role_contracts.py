@@ -43,7 +43,9 @@ def test_argument_specs_match_defaults(role):
             else:
                 assert opt.get("required"), f"{entry}: {name}: neither a default nor required"
             specs[name] = opt
-    assert sorted(specs) == sorted(defaults), "argument_specs (all entry points) and defaults/main.yml list different variables"
+    # a required option (an entry point's parameter, e.g. restart_gate's instance) has no default
+    assert sorted(n for n, o in specs.items() if not o.get("required") or n in defaults) == sorted(defaults), \
+        "argument_specs (all entry points) and defaults/main.yml list different variables"
     for entry in entry_points(role):
         assert entry == "main" or (ROOT / "roles" / role / "tasks" / (entry + ".yml")).exists(), f"entry point {entry} has no tasks file"
 
@@ -109,6 +111,28 @@ def test_every_cross_role_read_is_declared_by_its_owner():
     assert not bad, f"reads of another role's variable that it neither outputs nor takes as input: {bad}"
 
 
+def test_reads_through_hostvars_never_reach_another_roles_private_facts():
+    rows = data_flow.hostvars_reads()
+    # the checker sees every form: hostvars[h].var, map('extract', hostvars) | map(attribute=...), a role's own
+    assert ("ddtree_rollout", "sglang_router_port", "sglang_router", ["defaults/main.yml"], True) in rows
+    assert any(r[:3] == ("ddtree_service", "__ddtree_service_run", "ddtree_service") for r in rows)
+    bad = [r for r in rows if not r[4]]
+    assert not bad, f"reads through hostvars of another role's private fact, or of an undeclared variable: {bad}"
+
+
+def test_plugins_read_no_private_facts():
+    assert not data_flow.plugin_private_reads(), "a plugin reads a role's private fact: take it from the host records"
+
+
+def test_data_flow_text_is_checked_against_the_code():
+    doc = (ROOT / "docs" / "data_flow.md").read_text()
+    assert data_flow.prose_problems(doc) == []
+    # the drift the check exists for: a name that moved out of the file the text says it is in
+    drifted = doc.replace("ddtree_report: host_records", "playbooks/report.yml: fleet_rows")
+    assert any("fleet_rows is not in playbooks/report.yml" in p for p in data_flow.prose_problems(drifted))
+    assert any("nowhere" in p for p in data_flow.prose_problems(doc.replace("ddtree_service_runs", "ddtree_service_rnus")))
+
+
 def test_data_flow_doc_is_generated():
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "lib" / "data_flow.py"), "--check"], capture_output=True, text=True, check=False)
     assert p.returncode == 0, p.stderr
@@ -146,5 +170,5 @@ def test_tasks_use_fqcn(role):
                                      "check_mode", "no_log", "delegate_to", "run_once", "environment",
                                      "until", "retries", "delay", "async", "poll", "block", "rescue", "always", "listen",
                                      "diff", "throttle", "args", "any_errors_fatal", "ignore_errors",
-                                     "delegate_facts", "ignore_unreachable"}
+                                     "delegate_facts", "ignore_unreachable", "module_defaults"}
                 assert not (keys - set(modules)), f"{path.name}: short module name in {block.get('name')}"

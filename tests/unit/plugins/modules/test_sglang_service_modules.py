@@ -127,6 +127,22 @@ def test_gate_passes_and_reads_server_info(run_module, server):
     assert r["healthy"] and r["server_info"] == {"tp_size": 8, "speculative_algorithm": "DFLASH"} and r["seconds"] >= 0
     # what the server says it is, for the report: its version and device from /server_info
     assert r["version"] == "0.5.23" and r["device"] == "cpu"
+    assert r["since_start"] is None  # no unit: no start to measure from
+
+
+def test_gate_measures_from_the_units_start_on_the_hosts_own_clock(run_module, server, tmp_path, monkeypatch):
+    # systemctl as systemd answers: the main process started 42 s ago on the monotonic clock (CLOCK_MONOTONIC, the
+    # clock Python's time.monotonic reads), so the figure is this host's, whatever the controller's tasks waited for
+    started_us = int((time.monotonic() - 42) * 1e6)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "systemctl").write_text(
+        "#!/bin/sh\ncase \"$*\" in *ExecMainStartTimestampMonotonic*) echo ExecMainStartTimestampMonotonic=%d ;;\n"
+        "*) printf 'ActiveState=active\\nSubState=running\\nNRestarts=0\\n' ;; esac\n" % started_us)
+    (fake / "systemctl").chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (fake, os.environ["PATH"]))
+    r = run_module("sglang_health", url=server(), model="kimi", unit="ddtree-sglang@main.service", timeout=20, interval=0.2)
+    assert r["healthy"] and 42 <= r["since_start"] < 42 + 120, r
 
 
 def test_gate_reports_drift_wrong_model_and_timeout(run_module, server):
