@@ -307,13 +307,13 @@ def _agreed(out, ref):
 
 
 def _agreement(outputs, reference):
-    """'equal on N prompts', or how far the outputs agree with the reference's (the gate passed them)."""
+    """'equal on N gate requests', or how far the outputs agree with the reference's (the gate passed them)."""
     ref = (reference or {}).get("outputs") or []
     differ = [(out, r) for out, r in zip(outputs, ref) if out != r]
     if not differ:
-        return "equal on %d prompt%s" % (len(outputs), "" if len(outputs) == 1 else "s")
+        return "equal on %d gate request%s" % (len(outputs), "" if len(outputs) == 1 else "s")
     agree = min(_agreed(out, r) for out, r in differ)
-    return "equal on %d of %d prompts, the rest on their first %d tokens" % (len(outputs) - len(differ), len(outputs), agree)
+    return "equal on %d of %d gate requests, the rest on their first %d tokens" % (len(outputs) - len(differ), len(outputs), agree)
 
 
 def sglang_correctness(gate, algorithm, reference, release, member=False, skipped=""):

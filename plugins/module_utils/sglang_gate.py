@@ -12,6 +12,13 @@ near-tie late in a long output; the tolerance is the first divergence position: 
 agree with the reference on at least its first `min_prefix` tokens (all of them when the output
 is shorter). A kernel or CUDA-graph bug that garbles output diverges within the first tokens.
 
+Batching: a speculative-decoding bug can corrupt tokens only when requests run together (TensorRT-LLM
+#17110: on GB300 with CUDA graphs, GSM8K fell from 96.17 to 88.21 while the accept length stayed the same), and
+a server captures one CUDA graph per batch-size bucket. So the gate sends its prompts in waves (`waves`): each
+prompt alone, then `batch` requests at once (the prompts in turn; 8 or more crosses the first buckets), then
+one long output of the first prompt (`long_output_len` tokens, past the pages and graph sizes a 32-token output
+never reaches). Every answer is held to the same rule against the reference, which records the same waves.
+
 Acceptance: the mean accept length SGLang reports per request (`meta_info.spec_accept_length`:
 completion tokens / verify passes; 1.0 means no draft token was ever accepted) must reach the
 profile's floor.
@@ -30,22 +37,36 @@ def first_divergence(output, reference):
     return None
 
 
-def correctness_problems(outputs, reference, min_prefix):
-    """Why `outputs` (one token-id list per prompt) fail against `reference` ({"outputs": [...],
-    "host": .., "release": ..}); an empty list when they pass."""
+def waves(prompts, output_len, batch=0, long_output_len=0):
+    """The gate's requests, [[(label, prompt, max_new_tokens), ...] per wave]: the requests of a wave are sent at
+    once, the waves one after another - each prompt alone, then `batch` at once (the prompts in turn), then one
+    long output of the first prompt. Outputs are kept in this order (the reference's too)."""
+    out = [[("prompt %d" % i, p, int(output_len))] for i, p in enumerate(prompts)]
+    if prompts and int(batch) > 0:
+        out.append([("batch request %d of %d (prompt %d)" % (j, int(batch), j % len(prompts)), prompts[j % len(prompts)],
+                     int(output_len)) for j in range(int(batch))])
+    if prompts and int(long_output_len) > 0:
+        out.append([("long output (prompt 0, %d tokens)" % int(long_output_len), prompts[0], int(long_output_len))])
+    return out
+
+
+def correctness_problems(outputs, reference, min_prefix, labels=None):
+    """Why `outputs` (one token-id list per gate request, labelled by `labels`: default "prompt N") fail against
+    `reference` ({"outputs": [...], "host": .., "release": ..}); an empty list when they pass."""
     ref_outputs = (reference or {}).get("outputs") or []
     if len(ref_outputs) != len(outputs):
-        return ["the reference has %d outputs for %d prompts: record it again (a deploy with algorithm none)"
+        return ["the reference has %d outputs for %d gate requests: record it again (a deploy with algorithm none)"
                 % (len(ref_outputs), len(outputs))]
+    labels = labels or ["prompt %d" % i for i in range(len(outputs))]
     problems = []
-    for i, (out, ref) in enumerate(zip(outputs, ref_outputs)):
+    for label, out, ref in zip(labels, outputs, ref_outputs):
         pos = first_divergence(out, ref)
         need = min(int(min_prefix), len(ref), len(out)) if out else min(int(min_prefix), len(ref))
         if not out and ref:
-            problems.append("prompt %d: no output tokens, the reference has %d" % (i, len(ref)))
+            problems.append("%s: no output tokens, the reference has %d" % (label, len(ref)))
         elif pos is not None and pos < need:
-            problems.append("prompt %d: output departs from the reference at token %d (id %s, reference %s); "
-                            "the tolerance is %d matching tokens" % (i, pos, out[pos], ref[pos], need))
+            problems.append("%s: output departs from the reference at token %d (id %s, reference %s); "
+                            "the tolerance is %d matching tokens" % (label, pos, out[pos], ref[pos], need))
     return problems
 
 

@@ -18,8 +18,10 @@ description:
     older servers) and compares it with the values the server was started with (drift).
   - While waiting it watches the systemd unit, so a crashed or crash-looping server fails the gate at
     once instead of at the timeout. Reads only.
-  - With I(prompts) it then sends each prompt to C(/generate) greedily (temperature 0) and returns the
-    output token ids; with I(reference) it compares them (correctness), with I(accept_length_floor) it
+  - With I(prompts) it then sends each prompt to C(/generate) greedily (temperature 0), alone; then I(batch)
+    requests at once (the prompts in turn), then one long output (I(long_output_len) tokens), and returns the
+    output token ids of every request (O(requests) names them); with I(reference) it compares them (correctness),
+    with I(accept_length_floor) it
     checks the accept length SGLang reports per request (C(meta_info.spec_accept_length), the field
     DFLASH, EAGLE and STANDALONE all fill). The rules are in C(plugins/module_utils/sglang_gate.py).
 options:
@@ -59,10 +61,22 @@ options:
     description: Tokens generated per prompt (C(max_new_tokens), with C(ignore_eos)).
     type: int
     default: 32
+  batch:
+    description:
+      - After the prompts one at a time, this many gate requests sent at once (the prompts in turn), so that
+        the answers come from batched decoding - a speculative-decoding bug can corrupt tokens only there
+        (TensorRT-LLM issue 17110). 8 or more crosses the first CUDA-graph batch buckets. 0 sends none.
+    type: int
+    default: 0
+  long_output_len:
+    description: Then one request of the first prompt generating this many tokens (0 sends none).
+    type: int
+    default: 0
   reference:
     description:
-      - "The autoregressive outputs to compare with, C({outputs: [[token ids] per prompt], host: NAME,
-        release: ID}). Omitted or empty, nothing is compared."
+      - "The autoregressive outputs to compare with, C({outputs: [[token ids] per gate request], host: NAME,
+        release: ID}), made with the same prompts, O(output_len), O(batch) and O(long_output_len). Omitted or
+        empty, nothing is compared."
     type: dict
   min_prefix:
     description: Tokens each output must share with the reference before it may depart from it.
@@ -125,12 +139,19 @@ drift:
   returned: always
   type: dict
 outputs:
-  description: Greedy output token ids, one list per prompt (the reference of an autoregressive server).
+  description:
+    - Greedy output token ids, one list per gate request in the order of O(requests) (the reference of an
+      autoregressive server).
   returned: when prompts were given
   type: list
   elements: list
+requests:
+  description: What each of O(outputs) was - C(prompt N) alone, C(batch request J of B (prompt N)), C(long output ...).
+  returned: when prompts were given
+  type: list
+  elements: str
 accept_length:
-  description: Mean C(meta_info.spec_accept_length) over the prompts; null when the server reported none.
+  description: Mean C(meta_info.spec_accept_length) over the gate requests; null when the server reported none.
   returned: when prompts were given
   type: float
 gate_problems:
@@ -141,6 +162,7 @@ gate_problems:
 """
 
 import json
+import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -174,6 +196,29 @@ def generate(base, prompt, max_new_tokens, api_key=None, timeout=600):
     if ids is None:
         return None, None, "/generate answered without output_ids"
     return list(ids), meta.get("spec_accept_length"), None
+
+
+def send_at_once(base, wave, api_key):
+    """The requests of one wave [(label, prompt, max_new_tokens)] sent together, each from its own thread released
+    by one barrier (so that the server batches them); their generate() answers in the wave's order."""
+    if len(wave) == 1:
+        return [generate(base, wave[0][1], wave[0][2], api_key)]
+    answers = [None] * len(wave)
+    barrier = threading.Barrier(len(wave))
+
+    def one(i, prompt, n):
+        try:
+            barrier.wait(timeout=30)
+        except threading.BrokenBarrierError:
+            pass
+        answers[i] = generate(base, prompt, n, api_key)
+
+    threads = [threading.Thread(target=one, args=(i, prompt, n)) for i, (_label, prompt, n) in enumerate(wave)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [a or (None, None, "no answer") for a in answers]
 
 
 def unit_state(module, unit):
@@ -217,6 +262,8 @@ def main():
             reference=dict(type="dict"),
             min_prefix=dict(type="int", default=16),
             accept_length_floor=dict(type="float"),
+            batch=dict(type="int", default=0),
+            long_output_len=dict(type="int", default=0),
             member=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
@@ -229,7 +276,8 @@ def main():
     last = None
     probe = "/health" if p["member"] else "/health_generate"
     while True:
-        code, body = get(base + probe, timeout=30)
+        # a hung server holds the poll: never past the gate's own timeout
+        code, body = get(base + probe, timeout=max(1, min(30, p["timeout"] - (time.time() - start))))
         if code == 200:
             break
         last = "%s %s" % (code, body[:200].decode("utf-8", "replace"))
@@ -268,18 +316,19 @@ def main():
         module.fail_json(msg="the server runs with other settings than it was given: %s" % "; ".join(
             "%s is %s, expected %s" % (k, d["actual"], d["expected"]) for k, d in sorted(result["drift"].items())), **result)
     if p["prompts"]:
-        outputs, lengths = [], []
-        for prompt in p["prompts"]:
-            ids, length, error = generate(base, prompt, p["output_len"], p["api_key"])
-            if error:
-                module.fail_json(msg="%s: the gate request failed: %s" % (base, error), **result)
-            outputs.append(ids)
-            lengths.append(length)
-        result["outputs"], result["accept_length"] = outputs, sglang_gate.mean(lengths)
+        labels, outputs, lengths = [], [], []
+        for wave in sglang_gate.waves(p["prompts"], p["output_len"], p["batch"], p["long_output_len"]):
+            for (label, _prompt, _n), (ids, length, error) in zip(wave, send_at_once(base, wave, p["api_key"])):
+                if error:
+                    module.fail_json(msg="%s: the gate request failed (%s): %s" % (base, label, error), **result)
+                labels.append(label)
+                outputs.append(ids)
+                lengths.append(length)
+        result["requests"], result["outputs"], result["accept_length"] = labels, outputs, sglang_gate.mean(lengths)
         if p["reference"]:
             result["gate_problems"] += ["correctness against %s (release %s): %s" % (
                 p["reference"].get("host"), p["reference"].get("release"), problem)
-                for problem in sglang_gate.correctness_problems(outputs, p["reference"], p["min_prefix"])]
+                for problem in sglang_gate.correctness_problems(outputs, p["reference"], p["min_prefix"], labels)]
         result["gate_problems"] += ["acceptance: " + problem
                                     for problem in sglang_gate.acceptance_problems(lengths, p["accept_length_floor"])]
         if result["gate_problems"]:

@@ -86,7 +86,10 @@ def test_the_gate_recorded_the_real_servers_greedy_outputs_as_the_reference(host
     refs = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "reports", "references", "tiny-llama")
     with open(os.path.join(refs, "svc-cpu-main.json")) as f:
         ref = json.load(f)
-    assert (ref["host"], ref["model"], ref["max_new_tokens"], len(ref["outputs"])) == ("svc-cpu", "tiny-llama", 32, 4)
+    assert (ref["host"], ref["model"], ref["max_new_tokens"], len(ref["outputs"])) == ("svc-cpu", "tiny-llama", 32, 4 + 8 + 1)
+    # the four prompts alone, eight at once (the server batches them), one long output
+    assert (ref["batch"], ref["long_tokens"], len(ref["outputs"][-1])) == (8, 256, 256)
+    assert ref["requests"][4] == "batch request 0 of 8 (prompt 0)" and ref["requests"][-1] == "long output (prompt 0, 256 tokens)"
     code, body = http(host, "/generate", data={"text": ref["prompts"][1], "sampling_params": {
         "temperature": 0, "max_new_tokens": 32, "ignore_eos": True}})
     assert code == 200 and json.loads(body)["output_ids"] == ref["outputs"][1]
@@ -107,7 +110,7 @@ def test_speculation_on_the_real_server_is_gated_on_acceptance_and_correctness(h
         ref = json.load(f)
     r = deploy_cpu("profile_standalone.yml", "draft-collapsed")
     assert r.returncode != 0
-    m = re.search(r"acceptance: mean accept length ([0-9.]+) over 4 requests is under the floor 1.50", r.text)
+    m = re.search(r"acceptance: mean accept length ([0-9.]+) over 13 requests is under the floor 1.50", r.text)
     assert m and float(m.group(1)) < 1.3, r.text[-3000:]
     assert "correctness against" not in r.text  # a rejected draft slows decoding, it does not change the output
     assert "healthy again" in r.text, r.text[-3000:]

@@ -55,11 +55,11 @@ def test_a_member_missing_from_the_play_is_named_with_the_fix():
 def test_correctness_in_words():
     ref = {"host": "b300-1", "family": "b300", "speculative_release": "r2", "outputs": [[1, 2, 3], [4, 5]]}
     same = {"outputs": [[1, 2, 3], [4, 5]]}
-    assert sglang_correctness(same, "DFLASH", ref, "r2") == "equal on 2 prompts vs this release without speculation"
-    assert sglang_correctness(same, "DFLASH", ref, "r3") == "equal on 2 prompts vs b300-1 (b300)"
+    assert sglang_correctness(same, "DFLASH", ref, "r2") == "equal on 2 gate requests vs this release without speculation"
+    assert sglang_correctness(same, "DFLASH", ref, "r3") == "equal on 2 gate requests vs b300-1 (b300)"
     late = {"outputs": [[1, 2, 9], [4, 5]]}  # departed after the tolerated prefix: said, not hidden
     assert sglang_correctness(late, "DFLASH", ref, "r2") == (
-        "equal on 1 of 2 prompts, the rest on their first 2 tokens vs this release without speculation")
+        "equal on 1 of 2 gate requests, the rest on their first 2 tokens vs this release without speculation")
     assert sglang_correctness(same, "DFLASH", {}, "r3") == "not checked: no reference for this release on record"
     assert sglang_correctness({}, "DFLASH", ref, "r3") == "not checked: the gate sent no prompts"
     assert sglang_correctness(same, "DFLASH", {}, "r3", skipped="opted out (ddtree_service_correctness_gate=false)") == (

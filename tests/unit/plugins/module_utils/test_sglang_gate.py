@@ -29,3 +29,19 @@ def test_acceptance_floor():
     assert g.acceptance_problems([None, None], 1.5)[0].startswith("the server reported no accept length")
     assert g.acceptance_problems([1.0], None) == []
     assert g.mean([1.0, None, 2.0]) == 1.5 and g.mean([]) is None
+
+
+def test_waves_send_each_prompt_alone_then_a_batch_then_one_long_output():
+    w = g.waves(["a", "b", "c"], 32, batch=8, long_output_len=256)
+    assert [len(x) for x in w] == [1, 1, 1, 8, 1]
+    assert [r[1] for r in w[3]] == ["a", "b", "c", "a", "b", "c", "a", "b"] and {r[2] for r in w[3]} == {32}
+    assert w[4] == [("long output (prompt 0, 256 tokens)", "a", 256)]
+    assert g.waves(["a"], 32) == [[("prompt 0", "a", 32)]]
+    assert g.waves([], 32, batch=8, long_output_len=256) == []
+
+
+def test_correctness_names_the_request_by_its_label():
+    ref = {"outputs": [[1, 2, 3], [4, 5, 6]]}
+    problems = g.correctness_problems([[1, 2, 3], [4, 9, 6]], ref, 3, ["prompt 0", "batch request 0 of 1 (prompt 0)"])
+    assert problems == ["batch request 0 of 1 (prompt 0): output departs from the reference at token 1 (id 9, reference 5); "
+                        "the tolerance is 3 matching tokens"]
