@@ -28,7 +28,15 @@ argv>", "mode": ...}; the first entry whose match is in the command line applies
   wrong_tokens_after:N  with a speculative algorithm, greedy output ids depart from the
                    autoregressive ones from position N on (a kernel or CUDA-graph bug that keeps
                    the server "healthy")
+  wrong_tokens_batched:N  the same, but only in a request that ran beside another one (a speculative-decoding
+                   bug in a batched CUDA graph, TensorRT-LLM #17110: one request at a time stays right)
   accept_collapsed with a speculative algorithm, accept length 1.0 (no draft token accepted)
+  hang             a hung scheduler (sglang #21486, rank 0 after NCCL aborted a rank): /health and /ready
+                   still answer 200, while /health_generate and every generation never answer
+  hang_after:N     serve, then hang as above after N seconds
+  hang_while:PATH  hang as above while the file PATH exists (a test hangs and frees a running server)
+  hang_on_member_loss  rank 0 of a group: a joined rank that goes away leaves rank 0 hung as above (the
+                   field's failure) instead of taking it down
 Multi-node serving groups (--nnodes N --node-rank R --dist-init-addr HOST:PORT), modelled on SGLang's:
   rank 0 listens on the init address; every other rank connects to it (retrying until it answers, as
   torch.distributed does), says its rank and nnodes, and is refused when they do not fit (then exits 3,
@@ -149,6 +157,12 @@ class State:
         self.nnodes = int(args.get("nnodes") or 1)
         self.joined = set()
         self.member = False
+        self.hung = self.fault == "hang"
+
+    def is_hung(self):
+        if self.fault.startswith("hang_while:"):
+            return os.path.exists(self.fault.split(":", 1)[1])
+        return self.hung
 
     def ready(self):
         return time.time() >= self.ready_at and len(self.joined) >= self.nnodes - 1
@@ -159,11 +173,12 @@ class State:
             return None
         return 1.0 if self.fault == "accept_collapsed" else 3.4
 
-    def output_ids(self, prompt, n):
+    def output_ids(self, prompt, n, batched=False):
         """Greedy token ids: a function of the prompt and the position alone, unless a fault says otherwise."""
         seed = sum(prompt.encode()) % 997
         ids = [(seed * 31 + 7 * i) % 50000 for i in range(n)]
-        if self.fault.startswith("wrong_tokens_after:") and self.args.get("speculative_algorithm"):
+        wrong = self.fault.startswith("wrong_tokens_after:") or (self.fault.startswith("wrong_tokens_batched:") and batched)
+        if wrong and self.args.get("speculative_algorithm"):
             cut = int(self.fault.split(":", 1)[1])
             ids = ids[:cut] + [(x + 1) % 50000 for x in ids[cut:]]
         return ids
@@ -211,6 +226,8 @@ def make_handler(state):
                 if path == "/metrics":
                     return self.send(200, "# non-zero rank: no request metrics\n", "text/plain; version=0.0.4")
                 return self.send(404, {"detail": "Not Found"})
+            if path == "/health_generate" and state.ready() and state.is_hung() and self.hang():
+                return None
             if path in ("/health", "/health_generate", "/ready"):
                 ok = state.ready() and not (path != "/ready" and state.fault == "unhealthy")
                 return self.send(200 if ok else 503, {} if ok else {"error": "not ready"})
@@ -234,6 +251,22 @@ def make_handler(state):
                 return self.send(200, {"model_path": state.args.get("model_path"), "is_generation": True,
                                        "has_image_understanding": False})
             return self.send(404, {"error": "not found"})
+
+        def hang(self):
+            """No answer while the server is hung: True once the client gave up (the connection is then closed
+            here), False when the hang ended first (the request goes on)."""
+            while state.is_hung():
+                time.sleep(0.5)
+                try:
+                    if self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                        self.close_connection = True
+                        return True  # the client went away
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    self.close_connection = True
+                    return True
+            return False
 
         def stream(self, n, delay):
             """SGLang's native streaming: SSE lines `data: {json}` with cumulative text, then [DONE]."""
@@ -266,14 +299,18 @@ def make_handler(state):
             n = int(body.get("max_tokens") or (body.get("sampling_params") or {}).get("max_new_tokens") or 16)
             # speculative decoding makes decode faster: the report's 2.15x at concurrency 1
             delay = TOKEN_DELAY / (SPEC_SPEEDUP if state.args.get("speculative_algorithm") else 1.0)
+            if state.is_hung() and self.hang():  # a hung scheduler: no answer while it hangs
+                return None
             with state.lock:
                 state.running += 1
+                peak = state.running
             try:
                 if body.get("stream") and self.path.startswith("/generate"):
                     return self.stream(n, delay)
                 time.sleep(n * delay)
             finally:
                 with state.lock:
+                    peak = max(peak, state.running)
                     state.running -= 1
                     state.total += 1
             text = " ".join(["tok"] * n)
@@ -289,7 +326,7 @@ def make_handler(state):
                 meta = {"completion_tokens": n, "prompt_tokens": 8}
                 if state.accept_length() is not None:
                     meta["spec_accept_length"] = state.accept_length()
-                return self.send(200, {"text": text, "output_ids": state.output_ids(str(body.get("text") or ""), n),
+                return self.send(200, {"text": text, "output_ids": state.output_ids(str(body.get("text") or ""), n, peak > 1),
                                        "meta_info": meta})
             return self.send(404, {"error": "not found"})
 
@@ -320,6 +357,10 @@ def rendezvous(state):
         sys.stderr.write("sglang-double: rank %d joined (%d of %d)\n" % (rank, len(state.joined) + 1, state.nnodes))
         while conn.recv(64):
             pass
+        if state.fault == "hang_on_member_loss":
+            sys.stderr.write("sglang-double: rank %d left the group: the scheduler hangs, /health still answers\n" % rank)
+            state.hung = True
+            return
         sys.stderr.write("sglang-double: rank %d left the group: communicator aborted\n" % rank)
         os._exit(3)
 
@@ -378,6 +419,8 @@ def main(argv):
     server = ThreadingHTTPServer((str(args.get("host", "127.0.0.1")), int(args.get("port", 30000))), make_handler(state))
     if fault and fault.startswith("crash_after:"):
         threading.Timer(float(fault.split(":", 1)[1]), lambda: os._exit(3)).start()
+    if fault and fault.startswith("hang_after:"):
+        threading.Timer(float(fault.split(":", 1)[1]), lambda: setattr(state, "hung", True)).start()
     server.serve_forever()
     return 0
 

@@ -8,6 +8,7 @@ import glob
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
@@ -98,6 +99,54 @@ def reach_both(host):
             return
     raise AssertionError("40 requests through the router, not each real server got one: %s" %
                          dict((name, real_requests(name) - before[name]) for name in REAL))
+
+
+def worker_state(host, url):
+    return next(w for w in json.loads(host.check_output("curl -sf http://127.0.0.1:30080/workers"))["workers"] if w["url"] == url)
+
+
+def wait_for(check, limit):
+    """Seconds until check() holds, polled every 0.25 s; fails past limit."""
+    start = time.monotonic()
+    while not check():
+        assert time.monotonic() - start < limit, "not within %d s" % limit
+        time.sleep(0.25)
+    return round(time.monotonic() - start, 1)
+
+
+def test_a_hung_worker_leaves_the_gateway_within_seconds_and_returns(host):
+    """sglang #21486: a rank 0 whose scheduler hangs (NCCL aborted a member) can keep answering /health 200, and the
+    gateway's default check (/health) would keep routing to it. The stand-in on rt-w1 hangs while a file exists
+    (hang_while): /health still answers 200, generation does not. With the role's settings (/health_generate every
+    5 s, out after 2 failures, 5 s each) the gateway stops routing to it, requests keep succeeding on the other
+    workers, and it returns once the hang ends. The seconds are measured and kept in reports/group-health.json."""
+    w1 = other("rt-w1")
+    url = "http://%s:30000" % w1.ansible.get_variables()["ansible_host"]
+    hang = "/etc/ddtree-sglang-double/hang"
+    w1.run_test("mkdir -p /etc/ddtree-sglang-double && rm -f %s && echo '%s' > /etc/ddtree-sglang-double/faults.json"
+                % (hang, json.dumps([{"match": "--port 30000", "mode": "hang_while:%s" % hang}])))
+    w1.run_test("systemctl restart ddtree-sglang@main.service")
+    wait_for(lambda: worker_state(host, url)["is_healthy"], 60)
+    try:
+        w1.run_test("touch %s" % hang)
+        start = time.monotonic()
+        assert host.run("curl -s -o /dev/null -w '%%{http_code}' -m 3 %s/health" % url).stdout == "200"  # liveness lies
+        assert host.run("curl -s -m 3 %s/health_generate" % url).rc == 28  # generation hangs (curl: timed out)
+        wait_for(lambda: not worker_state(host, url)["is_healthy"], 60)
+        out = round(time.monotonic() - start, 1)
+        for i in range(8):  # the gateway routes around it (round robin would otherwise send it every fifth)
+            r = host.run("curl -sf -m 20 -X POST http://127.0.0.1:30080/generate -H 'Content-Type: application/json' "
+                         "-d '{\"text\": \"while w1 hangs %d\", \"sampling_params\": {\"max_new_tokens\": 4}}'" % i)
+            assert r.rc == 0, r.stderr
+    finally:
+        w1.run_test("rm -f %s" % hang)
+    back = wait_for(lambda: worker_state(host, url)["is_healthy"], 60)
+    w1.run_test("echo '[]' > /etc/ddtree-sglang-double/faults.json")
+    reports = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
+    reports.mkdir(exist_ok=True)
+    (reports / "group-health.json").write_text(json.dumps({"hung_worker_out_s": out, "back_in_s": back}))
+    print("hung worker out of the gateway in %.1f s, back in %.1f s" % (out, back))
+    assert out <= 5 * 2 + 5 + 5, out  # interval x failures + one check's timeout, and the polling
 
 
 def test_limited_runs_keep_every_worker(host):

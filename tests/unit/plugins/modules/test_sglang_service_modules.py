@@ -189,6 +189,49 @@ def test_gate_refuses_wrong_tokens_naming_prompt_and_position(run_module, server
     assert r["healthy"]
 
 
+def test_gate_catches_corruption_that_only_batching_or_a_long_output_shows(run_module, server):
+    """TensorRT-LLM #17110: speculation corrupted tokens only in batched CUDA graphs. The stand-in corrupts only a
+    request that ran beside another: the prompts one at a time pass; the gate's batch wave is refused, named."""
+    gate = dict(model="kimi", prompts=PROMPTS, output_len=24, timeout=20, interval=0.2, batch=8, long_output_len=64)
+    ref = run_module("sglang_health", url=server(), **gate)
+    assert ref["healthy"] and len(ref["outputs"]) == 2 + 8 + 1 and len(ref["outputs"][-1]) == 64
+    assert ref["requests"][2] == "batch request 0 of 8 (prompt 0)" and ref["requests"][-1] == "long output (prompt 0, 64 tokens)"
+    reference = {"outputs": ref["outputs"], "host": "h1", "release": "r1"}
+    bad = server("--speculative-algorithm", "DFLASH", faults=[{"match": "DFLASH", "mode": "wrong_tokens_batched:3"}])
+    alone = run_module("sglang_health", url=bad, model="kimi", prompts=PROMPTS, output_len=24, timeout=20, interval=0.2,
+                       reference={"outputs": ref["outputs"][:2]}, min_prefix=16)
+    assert alone["healthy"], alone  # what the gate saw before: one request at a time is right
+    r = run_module("sglang_health", url=bad, reference=reference, min_prefix=16, **gate)
+    assert r["failed"] and not r["healthy"]
+    assert "batch request 0 of 8 (prompt 0): output departs from the reference at token 3" in r["msg"]
+    assert "prompt 0: output" not in r["msg"].replace("(prompt 0): output", "")  # the lone requests passed
+    # a corruption from token 40 on: only the long output reaches it
+    late = server("--speculative-algorithm", "DFLASH", faults=[{"match": "DFLASH", "mode": "wrong_tokens_after:40"}])
+    r = run_module("sglang_health", url=late, reference=reference, min_prefix=48, **gate)
+    assert r["failed"] and "long output (prompt 0, 64 tokens): output departs from the reference at token 40" in r["msg"]
+    assert "the tolerance is 48 matching tokens" in r["msg"] and "batch request" not in r["msg"]
+    # a reference made without the batch and the long output is not compared against: it is to be made again
+    r = run_module("sglang_health", url=late, reference={"outputs": ref["outputs"][:2]}, **gate)
+    assert r["failed"] and "the reference has 2 outputs for 11 gate requests: record it again" in r["msg"]
+
+
+def test_a_hung_server_answers_health_but_fails_the_gate(run_module, server):
+    """sglang #21486: a hung scheduler (rank 0 after NCCL aborted a rank) still answers /health 200; the gate asks
+    /health_generate, which never answers, and fails at its timeout."""
+    import urllib.request
+    url = server(faults=[{"match": "kimi", "mode": "hang"}])
+    deadline = time.time() + 20
+    while True:
+        try:
+            if urllib.request.urlopen(url + "/health", timeout=2).status == 200:
+                break
+        except OSError:
+            assert time.time() < deadline
+            time.sleep(0.2)
+    r = run_module("sglang_health", url=url, model="kimi", timeout=3, interval=0.5)
+    assert r["failed"] and "/health_generate did not answer 200 within 3s" in r["msg"]
+
+
 def test_gate_refuses_collapsed_acceptance_with_measured_and_expected(run_module, server):
     bad = server("--speculative-algorithm", "DFLASH", faults=[{"match": "DFLASH", "mode": "accept_collapsed"}])
     r = run_module("sglang_health", url=bad, model="kimi", prompts=PROMPTS, output_len=8, timeout=20, interval=0.2,
