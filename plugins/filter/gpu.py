@@ -10,11 +10,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import re
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.ddtree.fleet.plugins.module_utils import instances as instances_mu
 from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia as nvidia_mu
 from ansible_collections.ddtree.fleet.plugins.module_utils import nvidia_health
+from ansible_collections.ddtree.fleet.plugins.module_utils import xid
 from ansible_collections.ddtree.fleet.plugins.module_utils.fleet import parse_nodes
 from ansible_collections.ddtree.fleet.plugins.module_utils.versions import version_tuple
 
@@ -105,6 +107,28 @@ def gpu_preflight_warnings(host, nvidia, profile, checks=None):
     return nvidia_health.facts_warnings(host, nvidia, (profile or {}).get("health"))
 
 
+def xid_alert_sets(hosts):
+    """[{action, xids, hosts}] from [{host, health}]: for each action (refuse, warn) the XIDs a host's profile gives
+    it, the hosts that share one set grouped (one alert rule each)."""
+    groups = {}
+    for item in hosts or []:
+        if not isinstance(item, dict) or not item.get("host"):
+            raise AnsibleFilterError("xid_alert_sets: each item needs host and health, got %r" % (item,))
+        health = item.get("health") or {}
+        actions = xid.actions_by_xid(health.get("xid_policy"), health.get("xid_overrides"))
+        for action in ("refuse", "warn"):
+            xids = tuple(x for x, a in actions.items() if a == action)
+            if xids:
+                groups.setdefault((action, xids), []).append(str(item["host"]))
+    return [{"action": a, "xids": list(x), "hosts": sorted(h), "host_match": _promql_string("|".join(re.escape(n) for n in sorted(h)))}
+            for (a, x), h in sorted(groups.items())]
+
+
+def _promql_string(text):
+    """text inside a PromQL double-quoted string (a label matcher's value)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def dcgm_failures(output):
     """Failed tests of `dcgmi diag -j` output (text or parsed JSON)."""
     if isinstance(output, str):
@@ -122,5 +146,5 @@ def cuda_toolkit_problems(version, compute_caps, driver_cuda="", floor=""):
 
 class FilterModule:
     def filters(self):
-        return {"gpu_preflight": gpu_preflight, "gpu_preflight_warnings": gpu_preflight_warnings,
+        return {"gpu_preflight": gpu_preflight, "gpu_preflight_warnings": gpu_preflight_warnings, "xid_alert_sets": xid_alert_sets,
                 "cuda_toolkit_problems": cuda_toolkit_problems, "dcgm_failures": dcgm_failures}

@@ -291,6 +291,19 @@ def _action(policy, overrides, cls, xid):
     return catalog()["classes"].get(cls, {}).get("action", "warn")
 
 
+def actions_by_xid(policy=None, overrides=None):
+    """{xid: action} under a profile's policy for every XID of the table and of `overrides` - what the alert rules
+    watch for in DCGM's last-XID gauge, where there is no line to read (an XID is taken by its table class)."""
+    out = dict((x, _action(policy, overrides, e["class"], x)) for x, e in catalog()["xids"].items())
+    for key in overrides or {}:
+        try:
+            xid = int(key)
+        except (TypeError, ValueError):
+            continue
+        out.setdefault(xid, _action(policy, overrides, "unknown", xid))
+    return dict(sorted(out.items()))
+
+
 def _acknowledged(event, acknowledged):
     """Lines of this event an operator acknowledged (nvidia_facts_xid_acknowledged): an entry {xid, pci,
     lines} covers up to `lines` lines (all when left out) of that XID on that PCI address."""

@@ -104,7 +104,8 @@ def test_the_stage_writes_targets_and_rules_promtool_accepts(tmp_path):
     inv = tmp_path / "inventory.yml"
     inv.write_text(yaml.safe_dump({"all": {"vars": {"ddtree_monitoring_exporters": []}, "children": {"fleet": {"children": {
         "gpu_hosts": {"hosts": {"gpu-a.example.com": {"ddtree_service_profile": {"name": "b300", "speculative": {
-            "accept_length_floor": 2.0}}}, "gpu-b.example.com": {}}},
+            "accept_length_floor": 2.0}}}, "gpu-b.example.com": {"ddtree_service_profile": {
+                "name": "h100", "health": {"xid_policy": {"application": "ignore"}}}}}},
         "routers": {"hosts": {"router.example.com": {}}}}}}}}))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), DDTREE_REPORT_DIR=str(tmp_path / "reports"),
                ANSIBLE_PYTHON_INTERPRETER=sys.executable)
@@ -122,4 +123,27 @@ def test_the_stage_writes_targets_and_rules_promtool_accepts(tmp_path):
     assert 'family="b300"} < 2.0' in rules.read_text()
     check = subprocess.run([os.environ["DDTREE_PROMTOOL"], "check", "rules", str(rules)], capture_output=True, text=True,
                            check=False)
-    assert check.returncode == 0 and "SUCCESS: 7 rules found" in check.stdout, check.stdout + check.stderr
+    # 7, and the XID rules: one for the XIDs both hosts refuse, one per set they warn on (gpu-b ignores application XIDs)
+    assert check.returncode == 0 and "SUCCESS: 10 rules found" in check.stdout, check.stdout + check.stderr
+    # the XID rules on DCGM's last-XID gauge, as Prometheus evaluates them (promtool test rules)
+    refused = ("GPU {{ $labels.gpu }} on {{ $labels.host }} reported Xid {{ $value }}: the preflight refuses this host "
+               "until it is cleared (the fleet report and docs/gates.md say how)")
+    series = [("gpu-a.example.com", "3", 79), ("gpu-a.example.com", "0", 13), ("gpu-b.example.com", "1", 13),
+              ("gpu-b.example.com", "2", 0)]
+    exp = {"refuse": [("gpu-a.example.com", "3", 79)], "warn": [("gpu-a.example.com", "0", 13)]}  # not 13 on gpu-b, nor 0
+
+    def alerts(action):
+        summary = refused if action == "refuse" else "GPU {{ $labels.gpu }} on {{ $labels.host }} reported Xid {{ $value }}: the profile warns on it"
+        return [{"exp_labels": {"severity": "critical" if action == "refuse" else "warning", "xid_action": action,
+                                "xid_set": "1" if action == "refuse" else "2", "job": "dcgm", "host": h, "gpu": g},
+                 "exp_annotations": {"summary": summary.replace("{{ $labels.gpu }}", g).replace("{{ $labels.host }}", h)
+                                     .replace("{{ $value }}", str(x))}} for h, g, x in exp[action]]
+    (d / "xid-test.yml").write_text(yaml.safe_dump({"rule_files": ["ddtree-fleet.rules.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": 'DCGM_FI_DEV_XID_ERRORS{job="dcgm",host="%s",gpu="%s"}' % (h, g), "values": "%dx5" % x}
+                         for h, g, x in series],
+        "alert_rule_test": [{"eval_time": "2m", "alertname": "GPUXidRefused", "exp_alerts": alerts("refuse")},
+                            {"eval_time": "2m", "alertname": "GPUXidWarning", "exp_alerts": alerts("warn")}]}]}))
+    test = subprocess.run([os.environ["DDTREE_PROMTOOL"], "test", "rules", str(d / "xid-test.yml")], capture_output=True,
+                          text=True, check=False)
+    assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
