@@ -19,6 +19,7 @@ import subprocess
 import threading
 import time
 
+from ansible_collections.ddtree.fleet.plugins.module_utils import capped
 from ansible_collections.ddtree.fleet.plugins.module_utils.fs import UnsafePath, safe_relpath
 from ansible_collections.ddtree.fleet.plugins.module_utils.versions import version_tuple
 
@@ -272,39 +273,9 @@ def read_file_capped(path, limit=MANIFEST_MAX_BYTES):
 def run_capped(argv, limit=MANIFEST_MAX_BYTES, timeout=600):
     """(rc, stdout bytes, stderr text) of argv, reading at most limit + 1 bytes of its stdout: past that the
     process is killed and stdout is None (nothing more is read or kept). stderr is kept to its last 64 KiB."""
-    # not run_command: tar | zstd | ssh pipelines streamed between processes with a byte count: run_command runs one process
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # pylint: disable=ansible-bad-function
-    err = []
-
-    def drain():
-        while True:
-            block = proc.stderr.read(65536)
-            if not block:
-                break
-            err.append(block)
-            del err[:-2]
-
-    reader = threading.Thread(target=drain)
-    reader.daemon = True
-    reader.start()
-    timer = threading.Timer(timeout, proc.kill)
-    timer.start()
-    out, size = [], 0
-    try:
-        while size <= limit:
-            block = proc.stdout.read(min(CHUNK, limit + 1 - size))
-            if not block:
-                break
-            out.append(block)
-            size += len(block)
-        if size > limit:
-            proc.kill()
-    finally:
-        proc.stdout.close()
-        rc = proc.wait()
-        timer.cancel()
-        reader.join(10)
-    return rc, (None if size > limit else b"".join(out)), b"".join(err).decode("utf-8", "replace")[-65536:]
+    # not run_command: a peer's answer is input of unbounded size (module_utils/capped.py)
+    r = capped.run(argv, limit, timeout)
+    return r["rc"], (None if r["over"] else r["out"]), r["err"]
 
 
 def stream_limits(manifest, artifact_bytes=0):

@@ -20,9 +20,8 @@ __metaclass__ = type
 
 import os
 import re
-import subprocess
-import tempfile
-import threading
+
+from ansible_collections.ddtree.fleet.plugins.module_utils import capped
 
 MAX_BYTES = 32 * 1024 * 1024   # read at most this much of the kernel log
 MAX_LINE = 4096                # a kernel record is at most about 1 KiB; longer lines are cut
@@ -161,45 +160,6 @@ def key_to_gpus(events, gpus):
 
 # --- reading, on the host ---
 
-def _run_capped(argv, timeout, max_bytes):
-    """(rc, text, stderr, truncated) of argv: stdout read up to max_bytes, the process killed at the cap or
-    at the deadline (rc None then)."""
-    env = dict(os.environ, LC_ALL="C", LANG="C", SYSTEMD_PAGER="", PAGER="cat")
-    fired = []
-
-    def kill():
-        fired.append(True)
-        proc.kill()
-    with tempfile.TemporaryFile() as errf:
-        # not run_command: the kernel log is input of unbounded size and journalctl may hang on a broken
-        # journal; run_command has neither a byte cap nor a deadline
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # pylint: disable=ansible-bad-function
-                                stderr=errf, env=env)
-        timer = threading.Timer(timeout, kill)
-        timer.start()
-        chunks, size, truncated = [], 0, False
-        try:
-            while True:
-                chunk = proc.stdout.read(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk[:max_bytes - size])
-                size += len(chunks[-1])
-                if size >= max_bytes:
-                    truncated = True
-                    proc.kill()
-                    break
-            proc.wait()
-        finally:
-            timer.cancel()
-            proc.stdout.close()
-        errf.seek(0)
-        err = errf.read(4096)
-    text = b"".join(chunks).decode("utf-8", "replace")
-    rc = None if fired and not truncated else proc.returncode
-    return rc, text, err.decode("utf-8", "replace").strip(), truncated
-
-
 def read_kernel_log(journalctl, dmesg, timeout=30, max_bytes=MAX_BYTES):
     """The kernel messages of this boot: {read, source, text, error, truncated}.
 
@@ -219,11 +179,13 @@ def read_kernel_log(journalctl, dmesg, timeout=30, max_bytes=MAX_BYTES):
         errors.append("dmesg: not installed")
     for source, argv in tries:
         try:
-            rc, text, err, truncated = _run_capped(argv, timeout, max_bytes)
+            # not run_command: the kernel log is input of unbounded size and journalctl may hang on a broken journal
+            r = capped.run(argv, max_bytes, timeout, env=dict(os.environ, LC_ALL="C", LANG="C", SYSTEMD_PAGER="", PAGER="cat"))
         except OSError as e:
             errors.append("%s: %s" % (source, e))
             continue
-        if rc is None:
+        rc, text, err, truncated = r["rc"], r["out"].decode("utf-8", "replace"), r["err"].strip(), r["over"]
+        if r["timed_out"]:
             errors.append("%s: no answer within %ss" % (source, timeout))
         elif source == "journalctl" and rc == 0 and not text.strip():
             # every boot logs kernel messages: an empty answer is a journal that keeps none (a container's own
