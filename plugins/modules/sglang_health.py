@@ -20,7 +20,7 @@ description:
     once instead of at the timeout. Reads only.
   - With I(prompts) it then sends each prompt to C(/generate) greedily (temperature 0), alone; then I(batch)
     requests at once (the prompts in turn), then one long output (I(long_output_len) tokens), and returns the
-    output token ids of every request (O(requests) names them); with I(reference) it compares them (correctness),
+    output token ids of every request (RV(requests) names them); with I(reference) it compares them (correctness),
     with I(accept_length_floor) it
     checks the accept length SGLang reports per request (C(meta_info.spec_accept_length), the field
     DFLASH, EAGLE and STANDALONE all fill). The rules are in C(plugins/module_utils/sglang_gate.py).
@@ -140,13 +140,13 @@ drift:
   type: dict
 outputs:
   description:
-    - Greedy output token ids, one list per gate request in the order of O(requests) (the reference of an
+    - Greedy output token ids, one list per gate request in the order of RV(requests) (the reference of an
       autoregressive server).
   returned: when prompts were given
   type: list
   elements: list
 requests:
-  description: What each of O(outputs) was - C(prompt N) alone, C(batch request J of B (prompt N)), C(long output ...).
+  description: What each of RV(outputs) was - C(prompt N) alone, C(batch request J of B (prompt N)), C(long output ...).
   returned: when prompts were given
   type: list
   elements: str

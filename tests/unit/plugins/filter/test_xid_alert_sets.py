@@ -25,11 +25,10 @@ def test_hosts_that_share_a_policy_share_a_rule_and_overrides_count():
 
 
 def test_a_host_name_is_data_in_the_promql_string():
-    [s] = [s for s in xid_alert_sets([{"host": 'gpu-1.x"} or vector(1) #\\', "health": {"xid_policy": {"application": "ignore",
-            "memory": "warn", "fallen_off_bus": "warn", "nvlink": "warn", "gsp": "warn", "reset_required": "warn"}}}])
-           if s["action"] == "refuse"] or [None]
-    assert s is None  # nothing refused under that policy
-    [s] = [s for s in xid_alert_sets([{"host": 'gpu-1.x"} or vector(1) #\\', "health": {}}]) if s["action"] == "refuse"]
+    evil = 'gpu-1.x"} or vector(1) #\\'
+    lenient = {"xid_policy": dict((c, "warn") for c in ("memory", "fallen_off_bus", "nvlink", "gsp", "reset_required"))}
+    assert not [s for s in xid_alert_sets([{"host": evil, "health": lenient}]) if s["action"] == "refuse"]  # none refused
+    [s] = [s for s in xid_alert_sets([{"host": evil, "health": {}}]) if s["action"] == "refuse"]
     # unescaped inside "...": no quote ends the string early, the backslash is doubled
     body = s["host_match"]
     assert not re.search(r'(?<!\\)"', body.replace('\\\\', '')) and body.endswith('\\\\\\\\')

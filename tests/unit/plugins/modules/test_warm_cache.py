@@ -8,6 +8,7 @@ import io
 import json
 import os
 import pwd
+import shutil
 import stat
 import sys
 import tarfile
@@ -60,6 +61,50 @@ def fleet(tmp_path, run_module, monkeypatch):
     return tmp_path / "a", tmp_path / "b", venv, key, call
 
 
+@pytest.fixture(scope="session")
+def packed_once(tmp_path_factory):
+    """Where the session's packed store is made (by the first test that asks for it: see packed)."""
+    return {"base": tmp_path_factory.mktemp("warm-packed")}
+
+
+def modes(root):
+    """Every path under root (root itself included) with its mode, owner and group, not following links."""
+    out = {}
+    for d, dirs, files in os.walk(str(root)):
+        for p in [d] + [os.path.join(d, n) for n in dirs + files]:
+            st = os.lstat(p)
+            out[os.path.relpath(p, str(root))] = (st.st_mode, st.st_uid, st.st_gid)
+    return out
+
+
+@pytest.fixture
+def packed(packed_once, run_module):
+    """packed(store) -> the key ({key, key_id}) of a store a host packed a cache in, copied to store (none: the
+    key alone). The store is made once a session (per xdist worker) by the real module, as fleet's tests made
+    their own (key of a make_venv venv, restore, fill, pack), and never changed: each test gets its own copy,
+    modes and owners as the module left them. The key is the venv's content and the arguments, not its path, so
+    it is the key of every fleet's venv."""
+    base = packed_once["base"]
+    if "key" not in packed_once:
+        venv = make_venv(base / "venv")
+        store = base / "store"
+        k = run_module("warm_cache", workdir=base / "run", state="key", root=str(store), arch="sm_103",
+                       driver="580.95.05", cuda="12.9", venv=str(venv))
+        assert k.get("failed") is not True and not k["held"], k
+        run_module("warm_cache", workdir=base / "run", state="restore", root=str(store), key=k["key"], owner=ME, group=GROUP)
+        fill(store / "caches" / k["key_id"])
+        p = run_module("warm_cache", workdir=base / "run", state="pack", root=str(store), key=k["key"], owner=ME, group=GROUP)
+        assert p["changed"] and p["artifact"]["files"] == 4, p
+        packed_once.update(key=dict(key=k["key"], key_id=k["key_id"]), modes=modes(store))
+
+    def copy(store=None):
+        if store is not None:
+            shutil.copytree(str(base / "store"), str(store), symlinks=True)
+            assert modes(store) == packed_once["modes"]  # as freshly made: the module's checks see no difference
+        return dict(packed_once["key"])
+    return copy
+
+
 def test_key_follows_arch_driver_branch_cuda_venv_and_patch(fleet):
     a, _b, venv, key, _call = fleet
     k = key(a)
@@ -106,12 +151,10 @@ def test_pack_is_content_addressed_and_idempotent(fleet):
     assert key(a)["held"] is True
 
 
-def test_restore_from_a_peer_verifies_and_becomes_a_source(fleet):
+def test_restore_from_a_peer_verifies_and_becomes_a_source(fleet, packed):
     a, b, _venv, key, call = fleet
-    k = key(a)
-    call("restore", a, k["key"])
-    fill(a / "caches" / k["key_id"])
-    packed = call("pack", a, k["key"])["artifact"]
+    k = packed(a)
+    art = json.loads((a / "keys" / (k["key_id"] + ".json")).read_text())
     kb = key(b)
     assert kb["key_id"] == k["key_id"] and not kb["held"]
     check = call("restore", b, kb["key"], check=True, sources=[{"name": "a", "address": "a"}], peer_root=str(a))
@@ -122,32 +165,29 @@ def test_restore_from_a_peer_verifies_and_becomes_a_source(fleet):
     assert wc.tree(str(b / "caches" / k["key_id"])) == wc.tree(str(a / "caches" / k["key_id"]))
     st = os.stat(b / "caches" / k["key_id"] / "triton" / "k1" / "kernel0.cubin")
     assert st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) & 0o022 == 0
-    assert (b / "artifacts" / (packed["sha256"] + ".tar.gz")).exists() and key(b)["held"]  # b now serves it
+    assert (b / "artifacts" / (art["sha256"] + ".tar.gz")).exists() and key(b)["held"]  # b now serves it
     assert not [p for p in (b / "caches").iterdir() if p.name.startswith(".")]
     kept = call("restore", b, kb["key"])
     assert kept["changed"] is False and kept["verdict"].endswith("kept on this host)")
 
 
-def test_a_lost_cache_comes_back_from_this_hosts_artefact(fleet):
-    a, _b, _venv, key, call = fleet
-    k = key(a)
-    call("restore", a, k["key"])
-    fill(a / "caches" / k["key_id"])
-    call("pack", a, k["key"])
+def test_a_lost_cache_comes_back_from_this_hosts_artefact(fleet, packed):
+    a, _b, _venv, _key, call = fleet
+    k = packed(a)
     before = wc.tree(str(a / "caches" / k["key_id"]))
-    import shutil
     shutil.rmtree(a / "caches" / k["key_id"])
     r = call("restore", a, k["key"])
-    assert r.get("warm") and r["source"] == "this host", r and wc.tree(str(a / "caches" / k["key_id"])) == before
+    assert r.get("warm") and r["source"] == "this host", r
+    assert wc.tree(str(a / "caches" / k["key_id"])) == before  # the same files, restored from the artefact
 
 
-def peer_with(a, key, call, mutate):
-    """a packs a cache; mutate(artefact path, index path) damages its store."""
-    call("restore", a, key["key"])
-    fill(a / "caches" / key["key_id"])
-    art = call("pack", a, key["key"])["artifact"]
-    mutate(a / "artifacts" / (art["sha256"] + ".tar.gz"), a / "keys" / (key["key_id"] + ".json"))
-    return art
+def peer_with(a, packed, mutate):
+    """a packed a cache (a copy of the session's packed store); mutate(artefact path, index path) damages its
+    store. Returns the key."""
+    key = packed(a)
+    index = a / "keys" / (key["key_id"] + ".json")
+    mutate(a / "artifacts" / (json.loads(index.read_text())["sha256"] + ".tar.gz"), index)
+    return key
 
 
 def hostile(path, extra):
@@ -191,11 +231,10 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_bad_artefact_is_refused_and_the_start_goes_cold(fleet, case):
-    a, b, _venv, key, call = fleet
+def test_a_bad_artefact_is_refused_and_the_start_goes_cold(fleet, packed, case):
+    a, b, _venv, _key, call = fleet
     mutate, reason = CASES[case]
-    k = key(a)
-    peer_with(a, k, call, mutate)
+    k = peer_with(a, packed, mutate)
     r = call("restore", b, k["key"], sources=[{"name": "a", "address": "a"}], peer_root=str(a))
     assert r.get("failed") is not True and r["warm"] is False, r
     assert r["verdict"].startswith("cold (key %s: a: " % k["key_id"]) and reason in r["verdict"], r["verdict"]
@@ -206,11 +245,12 @@ def test_a_bad_artefact_is_refused_and_the_start_goes_cold(fleet, case):
     assert not (b.parent / "escape").exists()
 
 
-def peer_store(a, key, call):
-    """a packs a cache and returns (artefact path, index path, index document)."""
-    art = peer_with(a, key, call, lambda art, idx: None)
+def peer_store(a, packed):
+    """a packed a cache: returns (key, artefact path, index path, index document)."""
+    key = packed(a)
     idx = a / "keys" / (key["key_id"] + ".json")
-    return a / "artifacts" / (art["sha256"] + ".tar.gz"), idx, json.loads(idx.read_text())
+    doc = json.loads(idx.read_text())
+    return key, a / "artifacts" / (doc["sha256"] + ".tar.gz"), idx, doc
 
 
 def restore_b(b, key, call, a):
@@ -242,21 +282,19 @@ INDEX_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(INDEX_CASES))
-def test_a_hostile_index_is_refused_before_any_transfer(fleet, case):
-    a, b, _venv, key, call = fleet
-    k = key(a)
-    _art, idx, doc = peer_store(a, k, call)
+def test_a_hostile_index_is_refused_before_any_transfer(fleet, packed, case):
+    a, b, _venv, _key, call = fleet
+    k, _art, idx, doc = peer_store(a, packed)
     change, reason = INDEX_CASES[case]
     idx.write_text("{not json" if change is None else json.dumps(change(doc)))
     assert_cold_and_clean(restore_b(b, k, call, a), b, k, reason)
 
 
-def test_an_index_names_no_local_path(fleet, tmp_path):
+def test_an_index_names_no_local_path(fleet, packed, tmp_path):
     """A peer's key_id (and every other field but the checked ones) is never used: the restored host writes its
     index under its own key id, from the checked fields alone."""
-    a, b, _venv, key, call = fleet
-    k = key(a)
-    _art, idx, doc = peer_store(a, k, call)
+    a, b, _venv, _key, call = fleet
+    k, _art, idx, doc = peer_store(a, packed)
     idx.write_text(json.dumps(dict(doc, key_id="../../../planted", packed_by="x", tree="y")))
     r = restore_b(b, k, call, a)
     assert r["warm"], r
@@ -326,48 +364,41 @@ MANIFEST_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(MANIFEST_CASES))
-def test_a_hostile_manifest_or_member_is_refused_before_its_bytes_are_read(fleet, case):
-    a, b, _venv, key, call = fleet
-    k = key(a)
-    art, idx, _doc = peer_store(a, k, call)
+def test_a_hostile_manifest_or_member_is_refused_before_its_bytes_are_read(fleet, packed, case):
+    a, b, _venv, _key, call = fleet
+    k, art, idx, _doc = peer_store(a, packed)
     make, reason = MANIFEST_CASES[case]
     rebuild(art, idx, **make(art, manifest_of(art)))
     art = next((a / "artifacts").glob("*.tar.gz"))
     assert_cold_and_clean(restore_b(b, k, call, a), b, k, reason)
 
 
-def test_a_large_manifest_within_its_cap_is_taken(fleet):
+def test_a_large_manifest_within_its_cap_is_taken(fleet, packed):
     """A manifest of several MiB (a cache of tens of thousands of files) is read in chunks, not refused as a
     hostile header."""
-    a, b, _venv, key, call = fleet
-    k = key(a)
-    art, idx, _doc = peer_store(a, k, call)
+    a, b, _venv, _key, call = fleet
+    k, art, idx, _doc = peer_store(a, packed)
     rebuild(art, idx, manifest=dict(manifest_of(art), note="x" * (6 * 2 ** 20)))
     r = restore_b(b, k, call, a)
     assert r["warm"] and r["source"] == "a", r
 
 
-def test_an_artefact_larger_than_its_index_is_cut_off(fleet):
+def test_an_artefact_larger_than_its_index_is_cut_off(fleet, packed):
     """The peer serves 2 GiB (sparse) where its index says a few kB: the transfer stops past the index's size."""
-    a, b, _venv, key, call = fleet
-    k = key(a)
-    art, idx, doc = peer_store(a, k, call)
+    a, b, _venv, _key, call = fleet
+    k, art, _idx, doc = peer_store(a, packed)
     with open(str(art), "r+b") as f:
         f.truncate(2 * 2 ** 30)
     r = restore_b(b, k, call, a)
     assert_cold_and_clean(r, b, k, "it sent more than the %d bytes expected" % doc["size"])
 
 
-def test_damaged_local_state_and_leftovers_of_a_killed_run(fleet):
+def test_damaged_local_state_and_leftovers_of_a_killed_run(fleet, packed):
     """A cache directory holding only empty directories is replaced, not a crash; what a killed run left (in
     .staging and the old names beside the caches and artefacts) is removed by the next run."""
-    a, _b, _venv, key, call = fleet
-    k = key(a)
-    call("restore", a, k["key"])
-    fill(a / "caches" / k["key_id"])
-    call("pack", a, k["key"])
+    a, _b, _venv, _key, call = fleet
+    k = packed(a)
     cache = a / "caches" / k["key_id"]
-    import shutil
     shutil.rmtree(cache)
     (cache / "triton" / "k1").mkdir(parents=True)
     (a / ".staging" / "unpack-x-99").mkdir()
@@ -381,9 +412,9 @@ def test_damaged_local_state_and_leftovers_of_a_killed_run(fleet):
     assert len(wc.tree(str(cache))) == 7
 
 
-def test_a_store_path_that_is_a_link_is_a_cold_start(fleet, tmp_path):
-    a, _b, _venv, key, call = fleet
-    k = key(a)
+def test_a_store_path_that_is_a_link_is_a_cold_start(fleet, packed, tmp_path):
+    a, _b, _venv, _key, call = fleet
+    k = packed()
     a.mkdir()
     (tmp_path / "elsewhere").mkdir()
     os.symlink(str(tmp_path / "elsewhere"), str(a / "caches"))
@@ -394,12 +425,11 @@ def test_a_store_path_that_is_a_link_is_a_cold_start(fleet, tmp_path):
     assert p["changed"] is False and "not packed" in p["msg"], p
 
 
-def test_inventory_values_never_become_ssh_options(fleet, tmp_path):
+def test_inventory_values_never_become_ssh_options(fleet, packed, tmp_path):
     """A source address beginning with '-' is refused by name, and nothing runs; bad ssh settings fail the
     task before any source is asked."""
-    a, b, _venv, key, call = fleet
-    k = key(a)
-    peer_store(a, k, call)
+    a, b, _venv, _key, call = fleet
+    k = packed(a)
     marker = tmp_path / "pwned"
     evil = {"name": "evil", "address": "-oProxyCommand=touch %s" % marker}
     r = call("restore", b, k["key"], sources=[evil, {"name": "a", "address": "a"}], peer_root=str(a))
@@ -431,12 +461,11 @@ def test_prune_keeps_the_live_key_and_the_newest_others(tmp_path):
 
 
 @pytest.fixture
-def hosts3(tmp_path, run_module, monkeypatch):
-    """Three hosts' stores under stores/<host>, reached through a TEST DOUBLE of ssh that runs the command
-    string here with the placeholder store /STORE/ put in the host's place, and logs every artefact it
-    serves (serve.log: host per line). A host named in resets.txt answers its first N connections as an
-    sshd past MaxStartups does."""
-    venv = make_venv(tmp_path / "venv")
+def hosts3(tmp_path, run_module, monkeypatch, packed):
+    """Three hosts' stores under stores/<host> (a packed a cache: a copy of the session's packed store),
+    reached through a TEST DOUBLE of ssh that runs the command string here with the placeholder store /STORE/
+    put in the host's place, and logs every artefact it serves (serve.log: host per line). A host named in
+    resets.txt answers its first N connections as an sshd past MaxStartups does."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (tmp_path / "stores").mkdir()
@@ -454,16 +483,11 @@ exec sh -c "$cmd"
 ''' % {"base": tmp_path})
     (bindir / "ssh").chmod(0o755)
     monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ["PATH"]))
-    k = run_module("warm_cache", state="key", root=str(tmp_path / "stores" / "a"), arch="sm_103", driver="580.1",
-                   cuda="12.9", venv=str(venv))
+    k = packed(tmp_path / "stores" / "a")
 
     def call(host, sources, **kw):
         return run_module("warm_cache", workdir=tmp_path / ("run-" + host), state="restore", root=str(tmp_path / "stores" / host),
                           key=k["key"], owner=ME, group=GROUP, sources=sources, peer_root=str(tmp_path / "STORE"), **kw)
-    a = tmp_path / "stores" / "a"
-    run_module("warm_cache", state="restore", root=str(a), key=k["key"], owner=ME, group=GROUP)
-    fill(a / "caches" / k["key_id"])
-    run_module("warm_cache", state="pack", root=str(a), key=k["key"], owner=ME, group=GROUP)
     return tmp_path, k, call
 
 
