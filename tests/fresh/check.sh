@@ -47,7 +47,8 @@ up=$(grep -oP 'Prometheus at \S+ scrapes \K[0-9]+(?= targets up)' "$logs/lab.log
 echo "==> the lab's Prometheus scrapes $up targets"
 echo "==> site.yml again: 0 changed"
 source scripts/lib/common.sh
-ansible-playbook site.yml -i inventories/lab >"$logs/site-again.log" 2>&1
+ensure_venv  # the controller venv scripts/lab made, first on PATH
+ansible-playbook site.yml -i inventories/lab >"$logs/site-again.log" 2>&1 || { tail -40 "$logs/site-again.log"; echo "FAILED: site.yml again" >&2; exit 1; }
 grep -A12 'PLAY RECAP' "$logs/site-again.log" | grep -E 'changed=[1-9]|failed=[1-9]|unreachable=[1-9]' && { echo "FAILED: second run changed something" >&2; exit 1; }
 bash scripts/lab down >/dev/null
 if [ "$what" = all ]; then
