@@ -142,10 +142,12 @@ def test_a_hung_worker_leaves_the_gateway_within_seconds_and_returns(host):
         w1.run_test("rm -f %s" % hang)
     back = wait_for(lambda: worker_state(host, url)["is_healthy"], 60)
     w1.run_test("echo '[]' > /etc/ddtree-sglang-double/faults.json")
-    reports = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
-    reports.mkdir(exist_ok=True)
-    (reports / "group-health.json").write_text(json.dumps({"hung_worker_out_s": out, "back_in_s": back}))
-    print("hung worker out of the gateway in %.1f s, back in %.1f s" % (out, back))
+    measured = json.dumps({"hung_worker_out_s": out, "back_in_s": back, "settings": "interval 5 s, 2 failures, timeout 5 s"})
+    # kept where the run's logs are (scripts/test: .work/measured/), the scenario's own directory goes with it
+    for d in filter(None, [os.environ.get("DDTREE_WORK") and Path(os.environ["DDTREE_WORK"]) / "measured",
+                           Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"]):
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "group-health.json").write_text(measured + "\n")
     assert out <= 5 * 2 + 5 + 5, out  # interval x failures + one check's timeout, and the polling
 
 
