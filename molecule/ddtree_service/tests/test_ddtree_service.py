@@ -235,7 +235,7 @@ def test_a_fresh_reference_is_the_same_release_without_speculation(host, tmp_pat
     good = current(host, "main")
     r = deploy(*overrides(max_running_requests=95), limit="svc-b300")
     assert r.returncode != 0
-    assert "prompt 0: output departs from the reference at token 3" in r.text, r.text
+    assert "batch request 0 of 8 (prompt 0): output departs from the reference at token 3" in r.text, r.text
     assert "Restored the previous release %s: healthy again" % good in r.text, r.text
     assert current(host, "main") == good
     [ref_file] = refs.glob("svc-b300-main@*.json")

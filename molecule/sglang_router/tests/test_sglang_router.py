@@ -116,7 +116,7 @@ def wait_for(check, limit):
 
 def test_a_hung_worker_leaves_the_gateway_within_seconds_and_returns(host):
     """sglang #21486: a rank 0 whose scheduler hangs (NCCL aborted a member) can keep answering /health 200, and the
-    gateway's default check (/health) would keep routing to it. The stand-in on rt-w1 hangs while a file exists
+    gateway's default check (/health) would keep routing to it. The stand-in on rt-w1 (port 30000) hangs while a file exists
     (hang_while): /health still answers 200, generation does not. With the role's settings (/health_generate every
     5 s, out after 2 failures, 5 s each) the gateway stops routing to it, requests keep succeeding on the other
     workers, and it returns once the hang ends. The seconds are measured and kept in reports/group-health.json."""
@@ -125,7 +125,7 @@ def test_a_hung_worker_leaves_the_gateway_within_seconds_and_returns(host):
     hang = "/etc/ddtree-sglang-double/hang"
     w1.run_test("mkdir -p /etc/ddtree-sglang-double && rm -f %s && echo '%s' > /etc/ddtree-sglang-double/faults.json"
                 % (hang, json.dumps([{"match": "--port 30000", "mode": "hang_while:%s" % hang}])))
-    w1.run_test("systemctl restart ddtree-sglang@main.service")
+    w1.run_test("systemctl restart sglang-double@30000.service")  # the stand-in's test unit (prepare.yml)
     wait_for(lambda: worker_state(host, url)["is_healthy"], 60)
     try:
         w1.run_test("touch %s" % hang)
