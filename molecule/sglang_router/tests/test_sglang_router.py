@@ -126,6 +126,7 @@ def test_a_hung_worker_leaves_the_gateway_within_seconds_and_returns(host):
     w1.run_test("mkdir -p /etc/ddtree-sglang-double && rm -f %s && echo '%s' > /etc/ddtree-sglang-double/faults.json"
                 % (hang, json.dumps([{"match": "--port 30000", "mode": "hang_while:%s" % hang}])))
     w1.run_test("systemctl restart sglang-double@30000.service")  # the stand-in's test unit (prepare.yml)
+    wait_for(lambda: w1.run("curl -sf -m 2 http://127.0.0.1:30000/health_generate").rc == 0, 60)  # up again
     wait_for(lambda: worker_state(host, url)["is_healthy"], 60)
     try:
         w1.run_test("touch %s" % hang)
