@@ -45,3 +45,17 @@ def test_correctness_names_the_request_by_its_label():
     problems = g.correctness_problems([[1, 2, 3], [4, 9, 6]], ref, 3, ["prompt 0", "batch request 0 of 1 (prompt 0)"])
     assert problems == ["batch request 0 of 1 (prompt 0): output departs from the reference at token 1 (id 9, reference 5); "
                         "the tolerance is 3 matching tokens"]
+
+
+def test_a_reference_that_names_its_requests_answers_a_recheck_of_some_of_them():
+    # a running release is re-checked with its prompts alone; the reference recorded all its waves
+    labels = ["prompt 0", "prompt 1", "batch request 0 of 2 (prompt 0)", "batch request 1 of 2 (prompt 1)"]
+    ref = {"requests": labels, "outputs": [[1, 2, 3], [4, 5, 6], [1, 2, 3], [4, 5, 6]]}
+    assert g.correctness_problems([[1, 2, 3], [4, 5, 6]], ref, 3, ["prompt 0", "prompt 1"]) == []
+    assert g.correctness_problems([[1, 2, 3], [4, 9, 6]], ref, 3, ["prompt 0", "prompt 1"]) == [
+        "prompt 1: output departs from the reference at token 1 (id 9, reference 5); the tolerance is 3 matching tokens"]
+    # a request the reference never made is not matched by position: it has to be recorded again
+    assert "record it again" in g.correctness_problems([[1, 2, 3]], ref, 3, ["long output (prompt 0, 256 tokens)"])[0]
+    # a reference without names (or with names that do not fit its outputs) is compared by position, as before
+    assert "record it again" in g.correctness_problems([[1, 2, 3]], {"outputs": ref["outputs"]}, 3, ["prompt 0"])[0]
+    assert "record it again" in g.correctness_problems([[1, 2, 3]], dict(ref, requests=labels[:3]), 3, ["prompt 0"])[0]
