@@ -9,6 +9,8 @@
 # Sizes as ratios and per-host costs against the smallest size of the same run; the lab stays up at the
 # last size (scripts/lab down removes it). Writes benchmarks/results/fleet_scale.json.
 #   bash benchmarks/fleet_scale.sh [SIZE...]      default: 6 18
+# A SIZE is HOSTS, or HOSTS:B300 for a fleet of another shape: B300 of the added hosts are B300 replay hosts
+# (LAB_EXTRA_B300, an even number) that form B300/2 more two-host serving groups, the rest RTX PRO 6000.
 set -euo pipefail
 # shellcheck source=../scripts/lib/common.sh
 source "$(cd "$(dirname "$0")" && pwd)/../scripts/lib/common.sh"
@@ -18,8 +20,10 @@ mkdir -p "$out"
 cd "$DDTREE_ROOT"
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(6 18)
-for n in "${sizes[@]}"; do
-  [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 6 ] || die "bench: a size is a number of hosts, at least 6 (the lab's own): got $n"
+for spec in "${sizes[@]}"; do
+  [[ $spec =~ ^([0-9]+)(:([0-9]+))?$ ]] && [ "${BASH_REMATCH[1]}" -ge $((6 + ${BASH_REMATCH[3]:-0})) ] &&
+    [ $((${BASH_REMATCH[3]:-0} % 2)) -eq 0 ] ||
+    die "bench: a size is HOSTS (at least 6, the lab's own) or HOSTS:B300 (B300 of them more B300 hosts, an even number, in pairs): got $spec"
 done
 
 timed() { # name, command...: runs it with its log in .work/scale-NAME.log, prints the wall seconds
@@ -39,10 +43,13 @@ tx() { # bytes host src has sent on its network interface
 on_src() { podman exec lab-src sh -c "$1"; }
 
 rows=()
-for n in "${sizes[@]}"; do
-  log "bench: a fresh lab of $n hosts (scripts/lab down; LAB_EXTRA_RTX=$((n - 6)) scripts/lab prepare)"
+for spec in "${sizes[@]}"; do
+  n=${spec%%:*}
+  b300=0
+  [[ $spec != *:* ]] || b300=${spec#*:}
+  log "bench: a fresh lab of $n hosts (scripts/lab down; LAB_EXTRA_RTX=$((n - 6 - b300)) LAB_EXTRA_B300=$b300 scripts/lab prepare)"
   bash scripts/lab down >/dev/null
-  LAB_EXTRA_RTX=$((n - 6)) bash scripts/lab prepare >"$DDTREE_WORK/scale-prepare-$n.log" 2>&1 ||
+  LAB_EXTRA_RTX=$((n - 6 - b300)) LAB_EXTRA_B300=$b300 bash scripts/lab prepare >"$DDTREE_WORK/scale-prepare-$n.log" 2>&1 ||
     { tail -30 "$DDTREE_WORK/scale-prepare-$n.log" >&2; die "bench: lab prepare at $n hosts failed"; }
   tx0=$(tx)
   log "bench: $n hosts: site.yml, first run"
@@ -63,13 +70,13 @@ for n in "${sizes[@]}"; do
   batches=$(grep -c '^PLAY \[Rollout - canary, then batches' "$DDTREE_WORK/scale-rollout-$n.log" || true)
   probe_failed=$(python3 -c 'import json, sys
 print((json.load(open(sys.argv[1])).get("probe") or {}).get("failed_requests", 0))' "$record")
-  rows+=("$(python3 - "$n" "$first" "$(recap "$DDTREE_WORK/scale-first-$n.log" failed)" "$noop" \
+  rows+=("$(python3 - "$n" "$b300" "$first" "$(recap "$DDTREE_WORK/scale-first-$n.log" failed)" "$noop" \
     "$(recap "$DDTREE_WORK/scale-noop-$n.log" changed)" "$facts" "$roll" "$batches" "$probe_failed" \
     "$((tx1 - tx0))" "${art:-0}" "${models:-0}" <<'PY'
 import json, sys
-n, first, failed, noop, changed, facts, roll, batches, probe_failed, sent, art, models = sys.argv[1:]
+n, b300, first, failed, noop, changed, facts, roll, batches, probe_failed, sent, art, models = sys.argv[1:]
 one = int(art) + int(models)
-print(json.dumps({"hosts": int(n), "first_s": float(first), "first_failed": int(failed), "noop_s": float(noop),
+print(json.dumps({"hosts": int(n), "extra_b300": int(b300), "serving_groups": 1 + int(b300) // 2, "first_s": float(first), "first_failed": int(failed), "noop_s": float(noop),
                   "noop_changed": int(changed), "facts_s": float(facts), "rollout_s": float(roll),
                   "rollout_batches": int(batches), "rollout_per_batch_s": round(float(roll) / max(int(batches), 1), 1),
                   "probe_failed": int(probe_failed), "source_sent_bytes": int(sent), "one_copy_bytes": one,
