@@ -123,8 +123,8 @@ def test_the_stage_writes_targets_and_rules_promtool_accepts(tmp_path):
     assert 'family="b300"} < 2.0' in rules.read_text()
     check = subprocess.run([os.environ["DDTREE_PROMTOOL"], "check", "rules", str(rules)], capture_output=True, text=True,
                            check=False)
-    # 7, and the XID rules: one for the XIDs both hosts refuse, one per set they warn on (gpu-b ignores application XIDs)
-    assert check.returncode == 0 and "SUCCESS: 10 rules found" in check.stdout, check.stdout + check.stderr
+    # 9, and the XID rules: one for the XIDs both hosts refuse, one per set they warn on (gpu-b ignores application XIDs)
+    assert check.returncode == 0 and "SUCCESS: 12 rules found" in check.stdout, check.stdout + check.stderr
     # the XID rules on DCGM's last-XID gauge, as Prometheus evaluates them (promtool test rules)
     refused = ("GPU {{ $labels.gpu }} on {{ $labels.host }} reported Xid {{ $value }}: the preflight refuses this host "
                "until it is cleared (the fleet report and docs/gates.md say how)")
@@ -145,5 +145,39 @@ def test_the_stage_writes_targets_and_rules_promtool_accepts(tmp_path):
         "alert_rule_test": [{"eval_time": "2m", "alertname": "GPUXidRefused", "exp_alerts": alerts("refuse")},
                             {"eval_time": "2m", "alertname": "GPUXidWarning", "exp_alerts": alerts("warn")}]}]}))
     test = subprocess.run([os.environ["DDTREE_PROMTOOL"], "test", "rules", str(d / "xid-test.yml")], capture_output=True,
+                          text=True, check=False)
+    assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
+
+    # the serving-group rules the day-two loop acts on (extensions/eda/rulebooks/day2.yml: restart_group)
+    def up(host, rank, group, addr, values):
+        return {"series": 'up{job="sglang",host="%s",node_rank="%s",serving_group="%s",instance="%s",sglang_instance="main"}'
+                % (host, rank, group, addr), "values": values}
+
+    def health(addr, values):
+        return {"series": 'smg_worker_health{job="sglang-router",host="router",instance="router:29000",worker="http://%s"}' % addr,
+                "values": values}
+    member = {"exp_labels": {"severity": "critical", "job": "sglang", "host": "gpu-a", "node_rank": "1", "serving_group": "g1",
+                             "instance": "10.0.0.2:30000", "sglang_instance": "main"},
+              "exp_annotations": {"summary": "Member gpu-a (rank 1) of serving group g1 does not answer /metrics: the group is out "
+                                             "of the gateway"}}
+    hung = {"exp_labels": {"severity": "critical", "job": "sglang-router", "host": "gpu-c", "node_rank": "0", "serving_group": "g2",
+                           "instance": "10.0.0.5:30000", "sglang_instance": "main", "worker": "http://10.0.0.5:30000"},
+            "exp_annotations": {"summary": "Serving group g2 (rank 0 gpu-c) answers /metrics but the gateway holds it unhealthy: hung"}}
+    (d / "group-test.yml").write_text(yaml.safe_dump({"rule_files": ["ddtree-fleet.rules.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [
+            up("gpu-a", "1", "g1", "10.0.0.2:30000", "1x5 0x20"),   # answered, then killed
+            up("gpu-b", "1", "g3", "10.0.0.3:30000", "0x25"),       # a real non-zero rank: never a /metrics of its own
+            up("gpu-d", "", "", "10.0.0.4:30000", "1x5 0x20"),      # not in a group: SGLangInstanceDown's
+            up("gpu-c", "0", "g2", "10.0.0.5:30000", "1x25"),       # rank 0 up ...
+            health("10.0.0.5:30000", "1x3 0x22"),                   # ... and unhealthy in the gateway from minute 4: hung
+            up("gpu-e", "0", "g4", "10.0.0.6:30000", "1x25"),
+            health("10.0.0.6:30000", "1x3 0x5 _x17"),               # drained for 5 minutes, then removed (series gone)
+        ],
+        "alert_rule_test": [{"eval_time": "5m", "alertname": "SGLangGroupMemberDown", "exp_alerts": []},
+                            {"eval_time": "7m", "alertname": "SGLangGroupMemberDown", "exp_alerts": [member]},
+                            {"eval_time": "13m", "alertname": "SGLangGroupHung", "exp_alerts": []},
+                            {"eval_time": "16m", "alertname": "SGLangGroupHung", "exp_alerts": [hung]}]}]}))
+    test = subprocess.run([os.environ["DDTREE_PROMTOOL"], "test", "rules", str(d / "group-test.yml")], capture_output=True,
                           text=True, check=False)
     assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
