@@ -181,6 +181,7 @@ def test_the_receiver_queues_good_alerts_and_refuses_the_rest_over_real_http(rec
         s.sendall(b"POST /alerts HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"version\"")
         s.shutdown(socket.SHUT_WR)
         assert s.recv(4096).startswith(b"HTTP/1.1 400")
+    socket.create_connection(("127.0.0.1", port), timeout=10).close()  # a port probe: no answer, not counted
     assert post(port, payload(alert(host="rtxpro-1")))[0] == 200  # still serving
     assert [e["alert"]["host"] for e in events] == ["b300-1", "rtxpro-1"]
     assert server.receiver.refused == 10

@@ -231,6 +231,9 @@ class Receiver:
             status, answer = 400, {"error": "the request ended early or is malformed: %s" % type(exc).__name__}
         finally:
             self.connections -= 1
+        if status is None:
+            writer.close()
+            return
         if status != 200:
             self.refused += 1
             LOG.warning("alertmanager source: answered %d: %s", status, answer.get("error"))
@@ -253,6 +256,10 @@ class Receiver:
             head = await reader.readuntil(b"\r\n\r\n")  # the stream's limit caps it at MAX_HEADER_BYTES
         except asyncio.LimitOverrunError:
             return 431, {"error": "headers over %d bytes" % MAX_HEADER_BYTES}
+        except asyncio.IncompleteReadError as exc:
+            if not exc.partial:
+                return None, None  # connected and closed without a byte (a port probe): nothing to answer
+            raise
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
