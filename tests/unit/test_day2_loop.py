@@ -5,9 +5,12 @@ contract's checks (host in gpu_hosts, an actions.jsonl line per run). scripts/te
 (ensure_alertmanager, ensure_rulebook). One test: the Java start is the expensive part.
 
 Alerts go in through Alertmanager's own API, as Prometheus sends them; hostile ones too, and raw bodies straight
-at the webhook. Asserted: the right actions with the right extra vars, once per host (throttle), in dry run; no
-action for a resolved alert, a warning, a label of the wrong form, or an oversize body; a host outside the inventory
-is refused by the playbook; no label or annotation is ever templated (a Jinja lookup in them would create a file)."""
+at the webhook. Asserted: the right actions with the right extra vars, once per host (throttle), in dry run; names that look like
+numbers ("100", "0") arrive as strings; no action for a resolved alert, a warning, a label of the wrong form, a host
+outside the allow-list (the inventory's gpu_hosts) or an oversize body; no label or annotation is ever templated (a
+Jinja lookup in them would create a file) and a $ANSIBLE_VAULT marker does not reach ansible-rulebook's vault.
+Alertmanager's API takes anyone's alerts: the source's confirmation in Prometheus (prometheus_url) is off here and
+unit-tested in test_day2_alertmanager_source.py."""
 import datetime
 import http.client
 import json
@@ -33,6 +36,7 @@ STAND_IN = [{"name": "Day-two stand-in", "hosts": "localhost", "gather_facts": F
         "path": "{{ lookup('ansible.builtin.env', 'DDTREE_REPORT_DIR') }}/day2/actions.jsonl", "create": True, "mode": "0600",
         "line": "{{ {'action': ddtree_day2_action, 'host': ddtree_day2_host, 'instance': ddtree_day2_instance | default(''),"
                 " 'reason': ddtree_day2_reason, 'dry_run': ddtree_day2_dry_run, 'outcome': __outcome,"
+                " 'types': [ddtree_day2_host | type_debug, ddtree_day2_instance | default('') | type_debug],"
                 " 'detail': '' if __known else ddtree_day2_host ~ ' is not a host of gpu_hosts: refused',"
                 " 'time': now(utc=true).isoformat()} | to_json }}"},
      "vars": {"__known": "{{ ddtree_day2_host in groups['gpu_hosts'] }}",
@@ -82,20 +86,27 @@ def test_alerts_through_alertmanager_and_the_rulebook_run_the_checked_actions(tm
     playbook.write_text(yaml.safe_dump(STAND_IN, sort_keys=False))
     inv = tmp_path / "inventory"
     inv.mkdir()
+    # "100": a name NativeEnvironment would make an int (the rulebook passes names | tojson: they stay strings)
     (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_hosts": {"hosts": {
-        "b300-1": {}, "b300-2": {}, "rtxpro-1": {}}}}}}))
+        "b300-1": {}, "b300-2": {}, "rtxpro-1": {}, "100": {}}}, "routers": {"hosts": {"router": {}}}}}}))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), DDTREE_REPORT_DIR=str(reports),
+               ANSIBLE_PYTHON_INTERPRETER=sys.executable, ANSIBLE_LOCALHOST_WARNING="false",
+               PATH=os.pathsep.join([os.path.dirname(RB), os.path.dirname(sys.executable), os.environ["PATH"]]))
+    # the allow-list as docs/day2.md writes it: the inventory's listing, whose gpu_hosts the source takes
+    hosts_file = tmp_path / "inventory.json"
+    subprocess.run(["ansible-inventory", "-i", str(inv), "--list", "--output", str(hosts_file)], env=env, check=True,
+                   capture_output=True)
+    # no prometheus_url: alerts go in through Alertmanager's API here (the confirmation is unit-tested against a
+    # stand-in Prometheus in test_day2_alertmanager_source.py)
     (tmp_path / "vars.yml").write_text(yaml.safe_dump({
         "ddtree_day2_dry_run": True, "ddtree_day2_listen_port": hook_port, "ddtree_day2_token_file": str(token),
-        "ddtree_day2_playbook": str(playbook)}))
+        "ddtree_day2_hosts_file": str(hosts_file), "ddtree_day2_playbook": str(playbook)}))
     (tmp_path / "alertmanager.yml").write_text(yaml.safe_dump({
         "route": {"receiver": "ddtree-day2", "group_by": ["alertname", "host", "sglang_instance"], "group_wait": "1s",
                   "group_interval": "2s", "repeat_interval": "1h"},
         "receivers": [{"name": "ddtree-day2", "webhook_configs": [{
             "url": "http://127.0.0.1:%d/alerts" % hook_port, "send_resolved": True,
             "http_config": {"authorization": {"type": "Bearer", "credentials_file": str(token)}}}]}]}))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), DDTREE_REPORT_DIR=str(reports),
-               ANSIBLE_PYTHON_INTERPRETER=sys.executable, ANSIBLE_LOCALHOST_WARNING="false",
-               PATH=os.pathsep.join([os.path.dirname(RB), os.path.dirname(sys.executable), os.environ["PATH"]]))
     procs = []
     try:
         for name, argv in (
@@ -128,8 +139,10 @@ def test_alerts_through_alertmanager_and_the_rulebook_run_the_checked_actions(tm
         alerts = [
             alert("GPUXidRefused", host="b300-1", gpu="0", summary="GPU 0 on b300-1 reported Xid 79"),
             alert("SGLangAcceptLengthUnderFloor", host="rtxpro-1", sglang_instance="main", summary="Accept length 1.0 " + jinja),
-            alert("SGLangGroupMemberDown", host="b300-2", serving_group="b300-2x8-1", node_rank="1", summary="member down"),
+            alert("SGLangAcceptLengthUnderFloor", host="100", sglang_instance="0", summary="$ANSIBLE_VAULT;1.1;AES256"),
+            alert("SGLangGroupMemberDown", host="b300-2", serving_group="b300-2x8-1", node_rank="0", summary="member down"),
             alert("GPUXidRefused", host="ghost-1", summary="a host outside the inventory"),
+            alert("GPUXidRefused", host="router", summary="a host of the inventory, not of gpu_hosts"),
             alert("GPUXidRefused", host="b300-2; touch %s" % marker, summary="shell in a label"),
             alert("GPUXidRefused", host=jinja, summary="Jinja in a label"),
             alert("GPUXidWarning", host="rtxpro-1", summary="a warning: no action"),
@@ -149,20 +162,23 @@ def test_alerts_through_alertmanager_and_the_rulebook_run_the_checked_actions(tm
         got = sorted(lines(), key=lambda r: (r["action"], r["host"]))
         for r in got:
             r.pop("time")
+        strs = ["str", "str"]
         assert got == [
             {"action": "drain", "host": "b300-1", "instance": "", "reason": "GPUXidRefused: GPU 0 on b300-1 reported Xid 79",
-             "dry_run": True, "outcome": "would", "detail": ""},
-            {"action": "drain", "host": "ghost-1", "instance": "", "reason": "GPUXidRefused: a host outside the inventory",
-             "dry_run": True, "outcome": "refused", "detail": "ghost-1 is not a host of gpu_hosts: refused"},
+             "dry_run": True, "outcome": "would", "detail": "", "types": strs},
+            {"action": "fallback", "host": "100", "instance": "0", "reason": "SGLangAcceptLengthUnderFloor: ANSIBLE_VAULT;1.1;AES256",
+             "dry_run": True, "outcome": "would", "detail": "", "types": strs},
             {"action": "fallback", "host": "rtxpro-1", "instance": "main",
              "reason": "SGLangAcceptLengthUnderFloor: Accept length 1.0 lookup('ansible.builtin.pipe', 'touch %s')" % marker,
-             "dry_run": True, "outcome": "would", "detail": ""},
+             "dry_run": True, "outcome": "would", "detail": "", "types": strs},
             {"action": "restart_group", "host": "b300-2", "instance": "", "reason": "SGLangGroupMemberDown: member down",
-             "dry_run": True, "outcome": "would", "detail": ""},
+             "dry_run": True, "outcome": "would", "detail": "", "types": strs},
         ], got
         assert not marker.exists(), "a label or annotation was templated"
         rb_log = procs[1][2].read_text()
         assert "label host='b300-2; touch" in rb_log and "label host=\"{{ lookup(" in rb_log, rb_log[-3000:]  # dropped, logged
+        for outside in ("ghost-1", "router"):  # not in the allow-list (gpu_hosts): dropped before the queue, logged
+            assert "label host='%s' is not a host of the allow-list" % outside in rb_log, rb_log[-3000:]
     finally:
         for _name, p, _log in procs:
             p.terminate()
