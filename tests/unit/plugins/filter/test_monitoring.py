@@ -156,17 +156,20 @@ def test_the_stage_writes_targets_and_rules_promtool_accepts(tmp_path):
     def health(addr, values):
         return {"series": 'smg_worker_health{job="sglang-router",host="router",instance="router:29000",worker="http://%s"}' % addr,
                 "values": values}
-    member = {"exp_labels": {"severity": "critical", "job": "sglang", "host": "gpu-a", "node_rank": "1", "serving_group": "g1",
-                             "instance": "10.0.0.2:30000", "sglang_instance": "main"},
-              "exp_annotations": {"summary": "Member gpu-a (rank 1) of serving group g1 does not answer /metrics: the group is out "
-                                             "of the gateway"}}
+    member = {"exp_labels": {"severity": "critical", "job": "sglang", "host": "gpu-f", "node_rank": "0", "serving_group": "g5",
+                             "instance": "10.0.0.7:30000", "sglang_instance": "main"},
+              "exp_annotations": {"summary": "Rank 0 (gpu-f) of serving group g5 does not answer /metrics: a member is down, the "
+                                             "group is out of the gateway"}}
     hung = {"exp_labels": {"severity": "critical", "job": "sglang-router", "host": "gpu-c", "node_rank": "0", "serving_group": "g2",
                            "instance": "10.0.0.5:30000", "sglang_instance": "main", "worker": "http://10.0.0.5:30000"},
             "exp_annotations": {"summary": "Serving group g2 (rank 0 gpu-c) answers /metrics but the gateway holds it unhealthy: hung"}}
     (d / "group-test.yml").write_text(yaml.safe_dump({"rule_files": ["ddtree-fleet.rules.yml"], "evaluation_interval": "1m", "tests": [{
         "interval": "1m",
         "input_series": [
-            up("gpu-a", "1", "g1", "10.0.0.2:30000", "1x5 0x20"),   # answered, then killed
+            up("gpu-f", "0", "g5", "10.0.0.7:30000", "1x5 0x20"),   # rank 0 answered, then went down (a member killed)
+            # a non-zero rank's port answering, then not: a local user there can do that (the rank serves no /metrics
+            # of its own), so it is no evidence of a member down
+            up("gpu-a", "1", "g1", "10.0.0.2:30000", "1x5 0x20"),
             up("gpu-b", "1", "g3", "10.0.0.3:30000", "0x25"),       # a real non-zero rank: never a /metrics of its own
             up("gpu-d", "", "", "10.0.0.4:30000", "1x5 0x20"),      # not in a group: SGLangInstanceDown's
             up("gpu-c", "0", "g2", "10.0.0.5:30000", "1x25"),       # rank 0 up ...
