@@ -264,6 +264,46 @@ ensure_prometheus() {
   export DDTREE_PROMETHEUS=$dir/usr/bin/prometheus DDTREE_PROMTOOL=$dir/usr/bin/promtool
 }
 
+# Debian's Alertmanager (prometheus-alertmanager), unpacked into the cache like ensure_prometheus, not installed:
+# the lab runs it beside Prometheus on the controller (scripts/lab), the day-two loop's test
+# (tests/unit/test_day2_loop.py) on other ports. Sets DDTREE_ALERTMANAGER (scripts/lib/alertmanager, which runs it
+# with the package's templates where Debian's build looks for them) and DDTREE_AMTOOL.
+ensure_alertmanager() {
+  local dir=$DDTREE_CACHE/alertmanager-deb
+  if [ ! -x "$dir/usr/bin/prometheus-alertmanager" ]; then
+    log "alertmanager: Debian's prometheus-alertmanager, unpacked into $dir"
+    rm -rf "$dir" "$dir.tmp"
+    mkdir -p "$dir.tmp"
+    (cd "$dir.tmp" && { apt-get download prometheus-alertmanager || { apt-get update -q && apt-get download prometheus-alertmanager; }; }) \
+      >"$dir.log" 2>&1 || { tail -5 "$dir.log" >&2; die "alertmanager: apt-get download failed (log $dir.log)"; }
+    dpkg-deb -x "$dir.tmp"/prometheus-alertmanager_*.deb "$dir.tmp/root"
+    mv "$dir.tmp/root" "$dir"
+    rm -rf "$dir.tmp"
+  fi
+  export DDTREE_ALERTMANAGER_DEB=$dir DDTREE_ALERTMANAGER=$DDTREE_ROOT/scripts/lib/alertmanager DDTREE_AMTOOL=$dir/usr/bin/amtool
+}
+
+# ansible-rulebook (the day-two loop's engine, requirements/eda.txt) in its own venv in the cache, and the Java 17+
+# runtime it needs (drools_jpy): Debian's openjdk-17-jre-headless, installed with apt where no java 17+ is there.
+# Sets DDTREE_RULEBOOK (the venv's ansible-rulebook) and JAVA_HOME. Run it with the controller venv after it on
+# PATH: ansible-rulebook runs that venv's ansible-galaxy and ansible-playbook (rulebook_path prints the PATH).
+ensure_rulebook() {
+  local java venv
+  java=$(command -v java || true)
+  if [ -z "$java" ] || ! java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])'; then
+    log "rulebook: installing Debian's openjdk-17-jre-headless (ansible-rulebook's rules engine runs on Java 17+)"
+    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openjdk-17-jre-headless; } \
+      >"$DDTREE_CACHE/java-apt.log" 2>&1 || { tail -5 "$DDTREE_CACHE/java-apt.log" >&2; die "rulebook: installing openjdk-17-jre-headless failed (log $DDTREE_CACHE/java-apt.log)"; }
+    java=$(command -v java)
+  fi
+  export JAVA_HOME=${JAVA_HOME:-$(dirname "$(dirname "$(readlink -f "$java")")")}
+  venv=$(build_venv "$DDTREE_ROOT/requirements/eda.txt")
+  export DDTREE_RULEBOOK=$venv/bin/ansible-rulebook
+}
+
+# The PATH ansible-rulebook runs with: its venv first (ansible-runner), then the controller venv's ansible-playbook.
+rulebook_path() { echo "$(dirname "$DDTREE_RULEBOOK"):$VIRTUAL_ENV/bin:$PATH"; }
+
 bootstrap() {
   require_root
   mkdir -p "$DDTREE_WORK" "$ANSIBLE_HOME" "$XDG_CACHE_HOME"
@@ -275,4 +315,6 @@ bootstrap() {
   ensure_wheels cuda-wheelhouse tests/cuda/requirements.txt DDTREE_CUDA_WHEELHOUSE     # CUDA 13.0 (~165 MB)
   ensure_wheels router-wheelhouse tests/router/requirements.txt DDTREE_ROUTER_WHEELHOUSE # smg 1.13.0 (~45 MB)
   ensure_prometheus                                                                     # Debian's, unpacked (~19 MB)
+  ensure_alertmanager                                                                   # Debian's, unpacked (~10 MB)
+  ensure_rulebook                                                                       # the day-two loop (PyPI; Java 17)
 }

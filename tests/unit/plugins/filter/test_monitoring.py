@@ -123,8 +123,8 @@ def test_the_stage_writes_targets_and_rules_promtool_accepts(tmp_path):
     assert 'family="b300"} < 2.0' in rules.read_text()
     check = subprocess.run([os.environ["DDTREE_PROMTOOL"], "check", "rules", str(rules)], capture_output=True, text=True,
                            check=False)
-    # 7, and the XID rules: one for the XIDs both hosts refuse, one per set they warn on (gpu-b ignores application XIDs)
-    assert check.returncode == 0 and "SUCCESS: 10 rules found" in check.stdout, check.stdout + check.stderr
+    # 9, and the XID rules: one for the XIDs both hosts refuse, one per set they warn on (gpu-b ignores application XIDs)
+    assert check.returncode == 0 and "SUCCESS: 12 rules found" in check.stdout, check.stdout + check.stderr
     # the XID rules on DCGM's last-XID gauge, as Prometheus evaluates them (promtool test rules)
     refused = ("GPU {{ $labels.gpu }} on {{ $labels.host }} reported Xid {{ $value }}: the preflight refuses this host "
                "until it is cleared (the fleet report and docs/gates.md say how)")
@@ -147,3 +147,132 @@ def test_the_stage_writes_targets_and_rules_promtool_accepts(tmp_path):
     test = subprocess.run([os.environ["DDTREE_PROMTOOL"], "test", "rules", str(d / "xid-test.yml")], capture_output=True,
                           text=True, check=False)
     assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
+
+    # the serving-group rules the day-two loop acts on (extensions/eda/rulebooks/day2.yml: restart_group)
+    def up(host, rank, group, addr, values):
+        return {"series": 'up{job="sglang",host="%s",node_rank="%s",serving_group="%s",instance="%s",sglang_instance="main"}'
+                % (host, rank, group, addr), "values": values}
+
+    def health(addr, values):
+        return {"series": 'smg_worker_health{job="sglang-router",host="router",instance="router:29000",worker="http://%s"}' % addr,
+                "values": values}
+    member = {"exp_labels": {"severity": "critical", "job": "sglang", "host": "gpu-f", "node_rank": "0", "serving_group": "g5",
+                             "instance": "10.0.0.7:30000", "sglang_instance": "main"},
+              "exp_annotations": {"summary": "Rank 0 (gpu-f) of serving group g5 does not answer /metrics: a member is down, the "
+                                             "group is out of the gateway"}}
+    hung = {"exp_labels": {"severity": "critical", "job": "sglang-router", "host": "gpu-c", "node_rank": "0", "serving_group": "g2",
+                           "instance": "10.0.0.5:30000", "sglang_instance": "main", "worker": "http://10.0.0.5:30000"},
+            "exp_annotations": {"summary": "Serving group g2 (rank 0 gpu-c) answers /metrics but the gateway holds it unhealthy: hung"}}
+    (d / "group-test.yml").write_text(yaml.safe_dump({"rule_files": ["ddtree-fleet.rules.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [
+            up("gpu-f", "0", "g5", "10.0.0.7:30000", "1x5 0x20"),   # rank 0 answered, then went down (a member killed)
+            # a non-zero rank's port answering, then not: a local user there can do that (the rank serves no /metrics
+            # of its own), so it is no evidence of a member down
+            up("gpu-a", "1", "g1", "10.0.0.2:30000", "1x5 0x20"),
+            up("gpu-b", "1", "g3", "10.0.0.3:30000", "0x25"),       # a real non-zero rank: never a /metrics of its own
+            up("gpu-d", "", "", "10.0.0.4:30000", "1x5 0x20"),      # not in a group: SGLangInstanceDown's
+            up("gpu-c", "0", "g2", "10.0.0.5:30000", "1x25"),       # rank 0 up ...
+            health("10.0.0.5:30000", "1x3 0x22"),                   # ... and unhealthy in the gateway from minute 4: hung
+            up("gpu-e", "0", "g4", "10.0.0.6:30000", "1x25"),
+            health("10.0.0.6:30000", "1x3 0x5 _x17"),               # drained for 5 minutes, then removed (series gone)
+        ],
+        "alert_rule_test": [{"eval_time": "5m", "alertname": "SGLangGroupMemberDown", "exp_alerts": []},
+                            {"eval_time": "7m", "alertname": "SGLangGroupMemberDown", "exp_alerts": [member]},
+                            {"eval_time": "13m", "alertname": "SGLangGroupHung", "exp_alerts": []},
+                            {"eval_time": "16m", "alertname": "SGLangGroupHung", "exp_alerts": [hung]}]}]}))
+    test = subprocess.run([os.environ["DDTREE_PROMTOOL"], "test", "rules", str(d / "group-test.yml")], capture_output=True,
+                          text=True, check=False)
+    assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
+
+
+def _prometheus():
+    tool = os.environ.get("DDTREE_PROMTOOL", "")
+    return os.environ.get("DDTREE_PROMETHEUS") or (os.path.join(os.path.dirname(tool), "prometheus") if tool else "")
+
+
+@pytest.mark.skipif(not _prometheus(), reason="DDTREE_PROMETHEUS/DDTREE_PROMTOOL unset: run through scripts/test")
+def test_the_documented_scrape_config_never_takes_the_fleets_labels_from_a_scrape(tmp_path):
+    """docs/monitoring.md's scrape config in the real Prometheus (Debian's), scraping a /metrics that sends the
+    fleet's labels: the targets' labels stand, an empty one is not filled from the scrape (a local user answering on
+    a free metrics port could otherwise give an ungrouped instance's series a serving_group)."""
+    import http.server
+    import socket
+    import threading
+    import time
+    import urllib.parse
+    import urllib.request
+
+    forged = ('sglang:spec_accept_length{serving_group="forged",node_rank="0",release="evil",family="b300",profile="p",'
+              'host="other",sglang_instance="x",router_port="1",ddtree_set="a;b;c;d;e"} 1.5\n').encode()
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(forged)))
+            self.end_headers()
+            self.wfile.write(forged)
+
+        def log_message(self, *_args):
+            pass
+    targets = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics) for _n in range(2)]
+    for target in targets:
+        threading.Thread(target=target.serve_forever, daemon=True).start()
+    tport, tport2 = (t.server_address[1] for t in targets)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        pport = s.getsockname()[1]
+    doc = (ROOT / "docs" / "monitoring.md").read_text()
+    block = re.search(r"## Pointing a Prometheus at it\n\n```yaml\n(.*?)```", doc, re.S).group(1)
+    sd = tmp_path / "sd"
+    sd.mkdir()
+    config = yaml.safe_load(block.replace("/path/to/reports/prometheus", str(sd)))
+    config["global"] = {"scrape_interval": "1s"}
+    (sd / "ddtree-fleet.rules.yml").write_text("groups: []\n")
+    empty = {"family": "", "profile": "", "serving_group": "", "node_rank": "", "release": ""}
+    (sd / "ddtree-sglang.json").write_text(json.dumps([
+        {"targets": ["127.0.0.1:%d" % tport], "labels": dict(empty, host="gpu-d", sglang_instance="main")},
+        {"targets": ["127.0.0.1:%d" % tport2],
+         "labels": {"host": "gpu-a", "sglang_instance": "main", "family": "b300", "profile": "b300", "serving_group": "g1",
+                    "node_rank": "1", "release": "r1"}}]))
+    (sd / "ddtree-node.json").write_text(json.dumps([{"targets": ["127.0.0.1:%d" % tport], "labels": {"host": "gpu-d"}}]))
+    for job in ("sglang-router", "dcgm"):
+        (sd / ("ddtree-%s.json" % job)).write_text("[]")
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    log = open(tmp_path / "prometheus.log", "wb")
+    prom = subprocess.Popen([_prometheus(), "--config.file=%s" % (tmp_path / "prometheus.yml"),
+                             "--storage.tsdb.path=%s" % (tmp_path / "data"), "--web.listen-address=127.0.0.1:%d" % pport],
+                            stdout=log, stderr=subprocess.STDOUT)
+
+    def query(q):
+        url = "http://127.0.0.1:%d/api/v1/query?%s" % (pport, urllib.parse.urlencode({"query": q}))
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=5) as r:
+            return sorted((x["metric"] for x in json.load(r)["data"]["result"]), key=lambda m: (m["job"], m["instance"]))
+    try:
+        got, end = [], time.monotonic() + 60
+        while len(got) < 3 and time.monotonic() < end:
+            assert prom.poll() is None, (tmp_path / "prometheus.log").read_text()[-3000:]
+            try:
+                got = query("sglang:spec_accept_length")
+            except OSError:
+                pass
+            time.sleep(0.5)
+        up = query('up{job="sglang"}')
+    finally:
+        prom.terminate()
+        prom.wait(15)
+        log.close()
+        for target in targets:
+            target.shutdown()
+            target.server_close()
+    base = {"__name__": "sglang:spec_accept_length", "exported_host": "other", "exported_sglang_instance": "x"}
+    assert got == sorted([
+        {"__name__": "sglang:spec_accept_length", "exported_host": "other", "job": "node", "instance": "127.0.0.1:%d" % tport,
+         "host": "gpu-d"},
+        dict(base, job="sglang", instance="127.0.0.1:%d" % tport, host="gpu-d", sglang_instance="main"),
+        dict(base, job="sglang", instance="127.0.0.1:%d" % tport2, host="gpu-a", sglang_instance="main", family="b300",
+             profile="b300", serving_group="g1", node_rank="1", release="r1", exported_family="b300", exported_profile="p",
+             exported_serving_group="forged", exported_node_rank="0", exported_release="evil"),
+    ], key=lambda m: (m["job"], m["instance"])), json.dumps(got, indent=1)
+    assert sorted(m.get("serving_group", "") for m in up) == ["", "g1"], up
