@@ -244,7 +244,9 @@ def sglang_instances(instances, settings):
         skip_vision = bool(profile.get("skip_vision_warmup"))
         provided = (s.get("provides") or {}).get("skip_vision_warmup")
         patched = provided is not None
-        argv = sglang_argv(profile, s["model_path"], drafter_path=s.get("drafter_path"), algorithm=s.get("algorithm"),
+        # day two: an instance a fallback marked runs without speculation (roles/ddtree_day2)
+        algorithm = "none" if inst["name"] in (s.get("fallback") or []) else s.get("algorithm")
+        argv = sglang_argv(profile, s["model_path"], drafter_path=s.get("drafter_path"), algorithm=algorithm,
                            host=s.get("host", "0.0.0.0"), port=inst["port"], served_model_name=s.get("served_model_name"),
                            reasoning_parser=s.get("reasoning_parser"), tool_call_parser=s.get("tool_call_parser"),
                            skip_all_warmup=skip_vision and not patched, extra_args=s.get("extra_args"),
@@ -269,7 +271,7 @@ def sglang_instances(instances, settings):
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
         out.append({"name": inst["name"], "port": int(inst["port"]), "gpus": gpus, "cpus": cpus, "argv": argv,
                     "env": dict((k, str(v)) for k, v in env.items()), "expect": sglang_server_expect(argv),
-                    "algorithm": _algorithm(profile, s.get("algorithm")), "unit": "%s@%s.service" % (s["unit"], inst["name"]),
+                    "algorithm": _algorithm(profile, algorithm), "unit": "%s@%s.service" % (s["unit"], inst["name"]),
                     "parallelism": planned["parallelism"]})
     return out
 

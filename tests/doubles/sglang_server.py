@@ -31,6 +31,8 @@ argv>", "mode": ...}; the first entry whose match is in the command line applies
   wrong_tokens_batched:N  the same, but only in a request that ran beside another one (a speculative-decoding
                    bug in a batched CUDA graph, TensorRT-LLM #17110: one request at a time stays right)
   accept_collapsed with a speculative algorithm, accept length 1.0 (no draft token accepted)
+  accept_collapsed_while:PATH  the same while the file PATH exists: a server admitted with a good accept length
+                   whose acceptance collapses later (the day-two fallback's case; /metrics shows it too)
   hang             a hung scheduler (sglang #21486, rank 0 after NCCL aborted a rank): /health and /ready
                    still answer 200, while /health_generate and every generation never answer
   hang_after:N     serve, then hang as above after N seconds
@@ -171,6 +173,8 @@ class State:
         """What SGLang reports per request: None without speculation, 1.0 when every draft is rejected."""
         if not self.args.get("speculative_algorithm"):
             return None
+        if self.fault.startswith("accept_collapsed_while:"):
+            return 1.0 if os.path.exists(self.fault.split(":", 1)[1]) else 3.4
         return 1.0 if self.fault == "accept_collapsed" else 3.4
 
     def output_ids(self, prompt, n, batched=False):

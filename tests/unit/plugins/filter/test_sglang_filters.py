@@ -171,3 +171,13 @@ def test_a_group_member_gets_the_nccl_interfaces_a_host_alone_does_not():
     alone = f.sglang_instances([{"name": "main", "port": 30000}], settings(group_env=env))[0]
     assert member["env"]["NCCL_IB_HCA"] == "=mlx5_10,mlx5_11" and "NCCL_IB_HCA" not in alone["env"]
     assert "--nnodes" in member["argv"] and "--nnodes" not in alone["argv"]
+
+
+def test_a_day_two_fallback_serves_that_instance_without_speculation():
+    two = [{"name": "a", "port": 30000, "gpus": [0]}, {"name": "b", "port": 30001, "gpus": [1]}]
+    out = f.sglang_instances(two, settings(fallback=["b"]))
+    assert out[0]["algorithm"] != "none" and "--speculative-algorithm" in out[0]["argv"]
+    assert out[1]["algorithm"] == "none" and not [a for a in out[1]["argv"] if a.startswith("--speculative")]
+    # the same command line as the speculative one without its --speculative-* flags (its autoregressive release)
+    spec = f.sglang_instances(two, settings())[1]["argv"]
+    assert out[1]["argv"] == f.sglang_argv_autoregressive(spec)
