@@ -29,6 +29,7 @@ AM = os.environ.get("DDTREE_ALERTMANAGER")
 RB = os.environ.get("DDTREE_RULEBOOK")
 pytestmark = pytest.mark.skipif(not (AM and RB), reason="DDTREE_ALERTMANAGER/DDTREE_RULEBOOK unset: run through scripts/test")
 
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
