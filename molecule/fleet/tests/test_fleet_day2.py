@@ -82,7 +82,10 @@ def collapsing():
     rtx.run_test("rm -f %s %s/faults.json" % (COLLAPSED, DOUBLE))
 
 
-def test_fallback_serves_autoregressive_until_clear(host, collapsing):
+def test_fallback_then_drain_until_clear(host, collapsing):
+    """fl-rtx-1 falls back (its acceptance collapsed after admission), site.yml keeps it so; then it is drained too,
+    site.yml refuses it while the rest deploys; one clear, refused while its GPUs fail the health preflight, then
+    brings it back: speculation on, gated, in the gateway."""
     rtx = collapsing
     rtx.run_test("touch %s" % COLLAPSED)
     metrics = rtx.check_output("for i in $(seq 60); do curl -sf http://127.0.0.1:30000/metrics && break; sleep 1; done")
@@ -105,35 +108,38 @@ def test_fallback_serves_autoregressive_until_clear(host, collapsing):
     assert recap(r.text, "fl-rtx-1")["changed"] == 0, r.text[-3000:]
     assert not info("fl-rtx-1").get("speculative_algorithm")
     assert "| fl-rtx-1 | fallback (main) since %s: %s |" % (done["time"], reason) in (REPORTS / "fleet.md").read_text()
-    # the acceptance recovered (the alert resolved); clear brings speculation back through the gates
+    # drained: out of the gateway, its server left running; site.yml refuses it, the rest deploys
+    pid = main_pid("fl-rtx-1")
+    r = day2("drain", "fl-rtx-1", reason="GPUXidRefused: XID 79 on GPU 3")
+    assert r.returncode == 0, r.text[-4000:]
+    assert logged()[0]["outcome"] == "done"
+    assert workers(host) == [url_of("fl-b300-1")] and main_pid("fl-rtx-1") == pid
+    r = playbook("site.yml")
+    assert r.returncode != 0
+    since = json.loads(rtx.file(MARKERS).content_string)["drain"]["since"]
+    assert ("fl-rtx-1: drained by a day-two action since %s (reason: GPUXidRefused: XID 79 on GPU 3)" % since) in r.text, r.text[-3000:]
+    assert "ddtree_day2_action=clear -e ddtree_day2_host=fl-rtx-1" in r.text
+    assert all(recap(r.text, n)["failed"] == 0 for n in GROUP + ["fl-router"]), r.text[-2000:]  # the rest deployed
+    assert workers(host) == [url_of("fl-b300-1")] and main_pid("fl-rtx-1") == pid
+    # clear is refused while the host's GPUs fail the health preflight: it stays drained
+    rtx.run_test("echo health/h100-sxm-8x-hw-slowdown-power-brake__1.txt > /etc/nvidia-smi-replay/q")
+    try:
+        r = day2("clear", "fl-rtx-1", reason="operator: too early")
+    finally:
+        rtx.run_test("rm -f /etc/nvidia-smi-replay/q")
+    assert r.returncode != 0 and "clock event reason is HW Slowdown" in r.text, r.text[-3000:]
+    assert logged()[0]["outcome"] == "failed" and json.loads(rtx.file(MARKERS).content_string)["drain"]["since"] == since
+    assert workers(host) == [url_of("fl-b300-1")]
+    # the acceptance recovered and the GPU is fixed: clear brings speculation back through the gates, into the gateway
     rtx.run_test("rm -f %s" % COLLAPSED)
-    r = day2("clear", "fl-rtx-1", reason="operator: drafter fixed")
+    r = day2("clear", "fl-rtx-1", reason="operator: GPU replaced, drafter fixed")
     assert r.returncode == 0, r.text[-4000:]
     assert logged()[0]["outcome"] == "done"
     assert info("fl-rtx-1").get("speculative_algorithm")
     start = started("fl-rtx-1")
     assert start["admission"]["correctness"].startswith("equal on ") and start["admission"]["accept_length"] > 2, start
     assert workers(host) == sorted(url_of(n) for n in WORKERS)
-    assert not rtx.file(MARKERS).exists or json.loads(rtx.file(MARKERS).content_string)["fallback"] == {}
-
-
-def test_drain_keeps_the_host_out_until_clear(host):
-    pid = main_pid("fl-rtx-1")
-    r = day2("drain", "fl-rtx-1", reason="GPUXidRefused: XID 79 on GPU 3")
-    assert r.returncode == 0, r.text[-4000:]
-    assert logged()[0]["outcome"] == "done"
-    assert workers(host) == [url_of("fl-b300-1")]
-    assert main_pid("fl-rtx-1") == pid  # the server keeps running, for whoever investigates
-    r = playbook("site.yml")
-    assert r.returncode != 0
-    since = json.loads(other("fl-rtx-1").file(MARKERS).content_string)["drain"]["since"]
-    assert ("fl-rtx-1: drained by a day-two action since %s (reason: GPUXidRefused: XID 79 on GPU 3)" % since) in r.text, r.text[-3000:]
-    assert "ddtree_day2_action=clear -e ddtree_day2_host=fl-rtx-1" in r.text
-    assert all(recap(r.text, n)["failed"] == 0 for n in GROUP + ["fl-router"]), r.text[-2000:]  # the rest deployed
-    assert workers(host) == [url_of("fl-b300-1")] and main_pid("fl-rtx-1") == pid
-    r = day2("clear", "fl-rtx-1", reason="operator: GPU replaced")
-    assert r.returncode == 0, r.text[-4000:]
-    assert workers(host) == sorted(url_of(n) for n in WORKERS)
+    assert not rtx.file(MARKERS).exists
 
 
 def test_restart_group_restarts_every_member(host):
