@@ -249,19 +249,23 @@ ensure_sglang_cpu() {
 # started or configured on this machine. promtool checks the monitoring stage's rules (unit tests);
 # molecule/fleet and the lab run this prometheus against the file_sd targets site.yml writes.
 ensure_prometheus() {
-  local dir=$DDTREE_CACHE/prometheus-deb
-  if [ ! -x "$dir/usr/bin/prometheus" ]; then
-    log "prometheus: Debian's package, unpacked into $dir"
-    rm -rf "$dir" "$dir.tmp"
-    mkdir -p "$dir.tmp"
-    # apt's lists may be absent (ensure_apt updates them only when it installs something)
-    (cd "$dir.tmp" && { apt-get download prometheus || { apt-get update -q && apt-get download prometheus; }; }) >"$dir.log" 2>&1 ||
-      { tail -5 "$dir.log" >&2; die "prometheus: apt-get download failed (log $dir.log)"; }
-    dpkg-deb -x "$dir.tmp"/prometheus_*.deb "$dir.tmp/root"
-    mv "$dir.tmp/root" "$dir"
-    rm -rf "$dir.tmp"
-  fi
-  export DDTREE_PROMETHEUS=$dir/usr/bin/prometheus DDTREE_PROMTOOL=$dir/usr/bin/promtool
+  unpack_deb prometheus "$DDTREE_CACHE/prometheus-deb" usr/bin/prometheus
+  export DDTREE_PROMETHEUS=$DDTREE_CACHE/prometheus-deb/usr/bin/prometheus DDTREE_PROMTOOL=$DDTREE_CACHE/prometheus-deb/usr/bin/promtool
+}
+
+# unpack_deb PACKAGE DIR FILE: Debian's PACKAGE unpacked into DIR, once (FILE, relative to DIR, is there after it);
+# downloaded with apt-get, never installed. apt's lists may be absent (ensure_apt updates them only when it installs).
+unpack_deb() {
+  local pkg=$1 dir=$2
+  [ ! -x "$dir/$3" ] || return 0
+  log "$pkg: Debian's package, unpacked into $dir"
+  rm -rf "$dir" "$dir.tmp"
+  mkdir -p "$dir.tmp"
+  (cd "$dir.tmp" && { apt-get download "$pkg" || { apt-get update -q && apt-get download "$pkg"; }; }) >"$dir.log" 2>&1 ||
+    { tail -5 "$dir.log" >&2; die "$pkg: apt-get download failed (log $dir.log)"; }
+  dpkg-deb -x "$dir.tmp/${pkg}"_*.deb "$dir.tmp/root"
+  mv "$dir.tmp/root" "$dir"
+  rm -rf "$dir.tmp"
 }
 
 # Debian's Alertmanager (prometheus-alertmanager), unpacked into the cache like ensure_prometheus, not installed:
@@ -270,16 +274,7 @@ ensure_prometheus() {
 # with the package's templates where Debian's build looks for them) and DDTREE_AMTOOL.
 ensure_alertmanager() {
   local dir=$DDTREE_CACHE/alertmanager-deb
-  if [ ! -x "$dir/usr/bin/prometheus-alertmanager" ]; then
-    log "alertmanager: Debian's prometheus-alertmanager, unpacked into $dir"
-    rm -rf "$dir" "$dir.tmp"
-    mkdir -p "$dir.tmp"
-    (cd "$dir.tmp" && { apt-get download prometheus-alertmanager || { apt-get update -q && apt-get download prometheus-alertmanager; }; }) \
-      >"$dir.log" 2>&1 || { tail -5 "$dir.log" >&2; die "alertmanager: apt-get download failed (log $dir.log)"; }
-    dpkg-deb -x "$dir.tmp"/prometheus-alertmanager_*.deb "$dir.tmp/root"
-    mv "$dir.tmp/root" "$dir"
-    rm -rf "$dir.tmp"
-  fi
+  unpack_deb prometheus-alertmanager "$dir" usr/bin/prometheus-alertmanager
   export DDTREE_ALERTMANAGER_DEB=$dir DDTREE_ALERTMANAGER=$DDTREE_ROOT/scripts/lib/alertmanager DDTREE_AMTOOL=$dir/usr/bin/amtool
 }
 
