@@ -18,7 +18,7 @@ description:
   - C(DDTREE) switches the attention backend and page size to the profile's C(ddtree_*) values,
     adds C(--speculative-ddtree-budget) and C(--disable-overlap-schedule) (DDTree has no overlap path).
   - The API key is never part of it; the service passes it in a credential file.
-  - This file also holds C(sglang_algorithm), C(sglang_instances), C(sglang_status)
+  - This file also holds C(sglang_algorithm), C(sglang_instances), C(sglang_status), C(sglang_references)
     and C(sglang_argv_problems); each is documented in its own file beside this one
     (C(ansible-doc -t filter ddtree.fleet.NAME)).
 positional: model_path
@@ -339,8 +339,30 @@ def sglang_correctness(gate, algorithm, reference, release, member=False, skippe
     return "not checked: no reference for this release on record"
 
 
+def sglang_references(texts, requests, host=None):
+    """The correctness references that count, parsed from the texts of their files (query('ansible.builtin.file',
+    ...)), in the order given: made from the same gate requests (`requests`: prompts, max_new_tokens, batch,
+    long_tokens; a reference from before the batch and the long output has neither and does not count), and with
+    `host`, that host's alone. A text that is no JSON object is not a reference."""
+    out = []
+    for text in texts or []:
+        try:
+            ref = json.loads(text) if isinstance(text, str) else text
+        except ValueError:
+            continue
+        if not isinstance(ref, dict) or (host is not None and ref.get("host") != host):
+            continue
+        if "batch" not in ref or "long_tokens" not in ref:
+            continue
+        if (ref.get("prompts") == list(requests.get("prompts") or []) and ref.get("max_new_tokens") == int(requests["max_new_tokens"])
+                and ref.get("batch") == int(requests["batch"]) and ref.get("long_tokens") == int(requests["long_tokens"])):
+            out.append(ref)
+    return out
+
+
 class FilterModule:
     def filters(self):
         return {"sglang_argv": sglang_argv, "sglang_algorithm": sglang_algorithm, "sglang_instances": sglang_instances,
                 "sglang_status": sglang_status, "sglang_correctness": sglang_correctness,
-                "sglang_argv_problems": sglang_argv_problems, "sglang_argv_autoregressive": sglang_argv_autoregressive}
+                "sglang_argv_problems": sglang_argv_problems, "sglang_argv_autoregressive": sglang_argv_autoregressive,
+                "sglang_references": sglang_references}

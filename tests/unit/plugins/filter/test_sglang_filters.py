@@ -1,5 +1,6 @@
 """Command lines rendered from every family profile, checked against the real sglang 0.5.23
 wheel's flag contract; instances, pinning and environment."""
+import json
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,23 @@ def test_a_day_two_fallback_serves_that_instance_without_speculation():
     # the same command line as the speculative one without its --speculative-* flags (its autoregressive release)
     spec = f.sglang_instances(two, settings())[1]["argv"]
     assert out[1]["argv"] == f.sglang_argv_autoregressive(spec)
+
+
+def test_sglang_references_keep_those_made_from_the_same_gate_requests_in_order():
+    req = {"prompts": ["a", "b"], "max_new_tokens": 32, "batch": 8, "long_tokens": 256}
+    ref = dict(req, host="h1", instance="main", release="r1", outputs=[[1], [2]])
+    texts = [
+        json.dumps(dict(ref, release="r0")),
+        json.dumps(dict(ref, host="h2")),                       # another host's
+        json.dumps(dict(ref, prompts=["a"])),                   # other prompts
+        json.dumps(dict(ref, max_new_tokens=64)),               # another output length
+        json.dumps({k: v for k, v in ref.items() if k != "batch"}),  # from before the batched wave
+        json.dumps(dict(ref, long_tokens=0)),                   # another long output
+        "not json", "[1, 2]",                                   # no reference at all
+        json.dumps(dict(ref, release="r1")),
+    ]
+    assert [(r["host"], r["release"]) for r in f.sglang_references(texts, req)] == [("h1", "r0"), ("h2", "r1"), ("h1", "r1")]
+    assert [(r["host"], r["release"]) for r in f.sglang_references(texts, req, host="h1")] == [("h1", "r0"), ("h1", "r1")]
+    # the gate's settings arrive from Ansible as text where the inventory wrote them so
+    assert len(f.sglang_references(texts, dict(req, max_new_tokens="32", batch="8", long_tokens="256"), host="h2")) == 1
+    assert f.sglang_references([], req) == []
