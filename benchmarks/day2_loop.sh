@@ -69,9 +69,10 @@ PY
 firing() { promql "count(ALERTS{alertstate=\"firing\",alertname=\"$1\",host=\"$2\"})"; }
 # the group alert firing for rank 0 HOST: its name, or nothing
 group_alert() {
-  local a
+  local a v
   for a in SGLangGroupHung SGLangGroupMemberDown; do
-    [ -z "$(firing "$a" "$1")" ] || [ "$(firing "$a" "$1")" = 0 ] || { echo "$a"; return 0; }
+    v=$(firing "$a" "$1")
+    [ -z "$v" ] || [ "$v" = 0 ] || { echo "$a"; return 0; }
   done
 }
 # the host's workers in the gateway that are healthy (smg_worker_health 1), through its sglang targets' addresses

@@ -13,9 +13,6 @@
 #                                                 of the one lab left up, with the machine's busy CPU seconds and the
 #                                                 host-tasks of each: the no-op's cost per added host in one run
 #   FLEET_SCALE_NOOP_ONLY=1 FLEET_SCALE_NOOP_SIZES=...   only that, on the lab as it stands (docs/scale.md)
-#   FLEET_SCALE_NOOP_SIZES="6 12 18 22" ...       then the no-op at each of these sizes (and the largest) on subsets
-#                                                 of the one lab left up: the no-op's cost per added host in one run
-#   FLEET_SCALE_NOOP_ONLY=1 FLEET_SCALE_NOOP_SIZES=...   only that, on the lab as it stands (docs/scale.md)
 # A SIZE is HOSTS, or HOSTS:B300 for a fleet of another shape: B300 of the added hosts are B300 replay hosts
 # (LAB_EXTRA_B300, an even number) that form B300/2 more two-host serving groups, the rest RTX PRO 6000.
 set -euo pipefail
@@ -143,7 +140,7 @@ PY
     t=$(timed "subset-noop-$k" ansible-playbook site.yml -i "$inv/hosts.yml")
     c1=$(cpu_busy)
     # host-tasks: the tasks the recap counts on every host (ok, skipped, failed), the no-op's work in Ansible's terms
-    noops+=("{\"hosts\": $k, \"gpu_hosts\": $(grep -cvE '^(src|router)$' <<<"$keep"), \"noop_s\": $t, \"noop_changed\": $(recap "$DDTREE_WORK/scale-subset-noop-$k.log" changed), \"noop_cpu_s\": $(awk "BEGIN { print $c1 - $c0 }"), \"host_tasks\": $(( $(recap "$DDTREE_WORK/scale-subset-noop-$k.log" ok) + $(recap "$DDTREE_WORK/scale-subset-noop-$k.log" skipped) + $(recap "$DDTREE_WORK/scale-subset-noop-$k.log" failed) ))}")
+    noops+=("{\"hosts\": $k, \"gpu_hosts\": $(grep -cvE '^(src|router)$' <<<"$keep"), \"noop_s\": $t, \"noop_changed\": $(recap "$DDTREE_WORK/scale-subset-noop-$k.log" changed), \"noop_cpu_s\": $(awk "BEGIN { print $c1 - $c0 }"), \"host_tasks\": $(recap "$DDTREE_WORK/scale-subset-noop-$k.log" '\(ok\|skipped\|failed\)')}")
     log "bench: no-op at $k hosts: ${noops[-1]}"
   done
 fi
